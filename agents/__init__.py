@@ -1,0 +1,1 @@
+"""Agents and their TOML presets (installed as muzero_gym.agents)."""

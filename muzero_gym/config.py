@@ -1,0 +1,385 @@
+"""Typed, validated configuration: frozen dataclasses loaded from TOML presets plus overrides.
+
+A config has six sections (``env``, ``model``, ``search``, ``replay``, ``train``, ``log``). Every
+field has a default and a one-line doc (``field_doc``). Values are checked when a section is built;
+a bad value raises :class:`ConfigError` naming the field, the value and what is allowed. Unknown
+sections or keys are errors too, so a typo never silently falls back to a default.
+
+Presets are TOML files in ``muzero_gym/agents/presets``; ``load_config("cartpole",
+["search.num_simulations=25"])`` reads one and applies dotted overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import math
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+
+def _preset_dir() -> Path:
+    """The folder of shipped presets (``muzero_gym.agents/presets``, i.e. ``agents/presets``)."""
+    return Path(str(importlib.resources.files("muzero_gym.agents") / "presets"))
+
+
+class ConfigError(ValueError):
+    """A config value, key or file is invalid; the message names what and why."""
+
+
+def _field(default: Any, doc: str, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, choices: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field with a doc string and an allowed range or set of choices."""
+    meta = {"doc": doc, "low": low, "high": high, "low_open": low_open, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def field_doc(section: type, name: str) -> str:
+    """The one-line doc of ``section.name``."""
+    return {f.name: f.metadata["doc"] for f in dataclasses.fields(section)}[name]
+
+
+class _Section:
+    """Base for config sections: type coercion and range checks run in ``__post_init__``."""
+
+    _name = ""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            where = f"{self._name}.{f.name}"
+            value = _coerce(where, value, f.type)
+            object.__setattr__(self, f.name, value)
+            _check_range(where, value, f.metadata)
+        self._check()
+
+    def _check(self) -> None:
+        """Checks that involve several fields of this section."""
+
+
+def _coerce(where: str, value: Any, type_name: Any) -> Any:
+    """Converts TOML values to the declared field type, or raises ConfigError."""
+    t = str(type_name)
+    try:
+        if t == "bool":
+            if not isinstance(value, bool):
+                raise TypeError
+            return value
+        if t == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise TypeError
+            return int(value)
+        if t == "float":
+            if isinstance(value, bool):
+                raise TypeError
+            value = float(value)
+            if math.isnan(value):
+                raise TypeError
+            return value
+        if t == "str":
+            if not isinstance(value, str):
+                raise TypeError
+            return value
+        if t.startswith("list[float]"):
+            return [float(v) for v in value]
+        if t.startswith("list[int]"):
+            return [int(v) for v in value]
+        if t.startswith("dict"):
+            if not isinstance(value, Mapping):
+                raise TypeError
+            return dict(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} = {value!r}: expected a value of type {t}") from None
+    return value
+
+
+def _check_range(where: str, value: Any, meta: Mapping[str, Any]) -> None:
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{where} = {value!r}: allowed values are {', '.join(choices)}")
+    low, high, low_open = meta.get("low"), meta.get("high"), meta.get("low_open")
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        too_low = low is not None and (v <= low if low_open else v < low)
+        too_high = high is not None and v > high
+        if too_low or too_high:
+            lo = "-inf" if low is None else f"{low:g}"
+            hi = "inf" if high is None else f"{high:g}"
+            bracket = "(" if low_open else "["
+            raise ConfigError(f"{where} = {value!r}: allowed range is {bracket}{lo}, {hi}]")
+
+
+@dataclass(frozen=True)
+class EnvConfig(_Section):
+    """Which Gymnasium env to play and how observations are presented to the model."""
+
+    _name = "env"
+    id: str = _field("CartPole-v1", "Gymnasium id passed to gymnasium.make")
+    kwargs: dict = _field({}, "extra keyword arguments for gymnasium.make")
+    num_envs: int = _field(16, "number of envs stepped together in self-play", low=1)
+    vectorization: str = _field("sync", "gymnasium vector env mode",
+                                choices=("sync", "async"))
+    num_stacked_observations: int = _field(
+        1, "observations stacked into one model input (make_image)", low=1)
+    stack_actions: bool = _field(False, "add the past actions next to the stacked observations")
+    num_players: int = _field(1, "1 for single-agent envs, 2 for alternating zero-sum games",
+                              low=1, high=2)
+    max_episode_steps: int = _field(0, "time limit on an episode; 0 keeps the env's own", low=0)
+
+
+@dataclass(frozen=True)
+class ModelConfig(_Section):
+    """Representation, dynamics and prediction networks."""
+
+    _name = "model"
+    kind: str = _field("auto", "network family; auto picks resnet for images, mlp otherwise",
+                       choices=("auto", "mlp", "resnet", "resnet_small"))
+    hidden_size: int = _field(64, "size of the hidden state (mlp)", low=1)
+    layer_size: int = _field(128, "width of the hidden layers (mlp)", low=1)
+    num_layers: int = _field(2, "hidden layers per function (mlp)", low=1)
+    num_channels: int = _field(256, "channels of the residual tower (resnet)", low=1)
+    num_blocks: int = _field(16, "residual blocks per function (resnet)", low=1)
+    downsample: bool = _field(True, "downsample images 16x as in the MuZero Atari network")
+    value_support_size: int = _field(300, "categorical value support is [-n, n]", low=1)
+    reward_support_size: int = _field(300, "categorical reward support is [-n, n]", low=1)
+
+
+@dataclass(frozen=True)
+class SearchConfig(_Section):
+    """Batched MCTS: pUCT selection, root noise, root selection rule and action temperature."""
+
+    _name = "search"
+    num_simulations: int = _field(50, "simulations per search", low=1)
+    pb_c_base: float = _field(19652.0, "pUCT c_base", low=0.0, low_open=True)
+    pb_c_init: float = _field(1.25, "pUCT c_init", low=0.0)
+    exploration_constant: float = _field(
+        1.0, "constant of the reference's extra UCB1 term; 0 turns it off", low=0.0)
+    dirichlet_alpha: float = _field(0.25, "Dirichlet concentration of root noise",
+                                    low=0.0, low_open=True)
+    root_exploration_fraction: float = _field(0.25, "weight of root noise in the prior",
+                                              low=0.0, high=1.0)
+    known_bounds: list[float] = _field([], "[min, max] of values if known, else []")
+    root_selection: str = _field("puct", "puct (AlphaZero/MuZero) or gumbel (sequential halving)",
+                                 choices=("puct", "gumbel"))
+    gumbel_num_considered: int = _field(16, "actions considered at the root (gumbel)", low=1)
+    gumbel_c_visit: float = _field(50.0, "c_visit of the sigma transform (gumbel)", low=0.0)
+    gumbel_c_scale: float = _field(1.0, "c_scale of the sigma transform (gumbel)", low=0.0)
+    temperature_steps: list[float] = _field(
+        [], "training steps at which the temperature moves to the next entry")
+    temperatures: list[float] = _field([1.0], "visit softmax temperatures, one more than steps",
+                                       low=0.0)
+    temperature_zero_after_moves: int = _field(
+        0, "moves after which an episode plays greedily (board games: 30); 0 = never", low=0)
+
+    def _check(self) -> None:
+        if self.known_bounds and (len(self.known_bounds) != 2
+                                  or self.known_bounds[0] >= self.known_bounds[1]):
+            raise ConfigError(f"search.known_bounds = {self.known_bounds!r}: "
+                              "expected [] or [min, max] with min < max")
+        if len(self.temperatures) != len(self.temperature_steps) + 1:
+            raise ConfigError(
+                f"search.temperatures = {self.temperatures!r}: needs exactly one more entry than "
+                f"search.temperature_steps = {self.temperature_steps!r}")
+        if list(self.temperature_steps) != sorted(self.temperature_steps):
+            raise ConfigError(f"search.temperature_steps = {self.temperature_steps!r}: "
+                              "must be increasing")
+
+    def temperature(self, training_step: int, move_number: int = 0) -> float:
+        """Visit softmax temperature, as the reference's ``visit_softmax_temperature_fn``."""
+        if self.temperature_zero_after_moves and move_number >= self.temperature_zero_after_moves:
+            return 0.0
+        for threshold, temp in zip(self.temperature_steps, self.temperatures):
+            if training_step < threshold:
+                return temp
+        return self.temperatures[-1]
+
+
+@dataclass(frozen=True)
+class ReplayConfig(_Section):
+    """Replay buffer size and prioritized sampling."""
+
+    _name = "replay"
+    capacity: int = _field(100_000, "transitions kept; oldest games are dropped first", low=1)
+    prioritized: bool = _field(True, "sample positions by priority instead of uniformly")
+    priority_alpha: float = _field(1.0, "priority exponent alpha", low=0.0)
+    priority_beta: float = _field(1.0, "importance-weight exponent beta", low=0.0, high=1.0)
+    priority_epsilon: float = _field(1e-6, "added to every priority so none is zero",
+                                     low=0.0, low_open=True)
+
+
+@dataclass(frozen=True)
+class TrainConfig(_Section):
+    """Targets, optimizer, schedule and target network."""
+
+    _name = "train"
+    seed: int = _field(0, "seed of every random generator", low=0)
+    discount: float = _field(0.997, "discount of rewards and bootstrap values",
+                             low=0.0, high=1.0)
+    td_steps: int = _field(10, "n of the n-step value target", low=1)
+    num_unroll_steps: int = _field(5, "K: steps the dynamics function is unrolled", low=1)
+    batch_size: int = _field(256, "positions per learner step", low=1)
+    training_steps: int = _field(100_000, "learner steps of a full run", low=1)
+    optimizer: str = _field("sgd", "sgd (with momentum) or adam", choices=("sgd", "adam"))
+    lr_init: float = _field(0.05, "initial learning rate", low=0.0, low_open=True)
+    lr_decay_rate: float = _field(0.1, "lr = lr_init * rate ** (step / decay_steps)",
+                                  low=0.0, low_open=True, high=1.0)
+    lr_decay_steps: float = _field(350e3, "steps over which lr decays by lr_decay_rate",
+                                   low=0.0, low_open=True)
+    lr_warmup_steps: int = _field(0, "linear warm-up steps before the decay; 0 = none", low=0)
+    momentum: float = _field(0.9, "SGD momentum", low=0.0, high=1.0)
+    weight_decay: float = _field(1e-4, "L2 weight decay", low=0.0)
+    max_grad_norm: float = _field(5.0, "gradient clipping norm; 0 = no clipping", low=0.0)
+    value_loss_weight: float = _field(0.25, "weight of the value loss", low=0.0)
+    target_update_interval: int = _field(200, "learner steps between target network refreshes",
+                                         low=1)
+    bootstrap_source: str = _field(
+        "search", "bootstrap values from stored search values or the target network",
+        choices=("search", "target_network"))
+    device: str = _field("auto", "auto, cpu or cuda", choices=("auto", "cpu", "cuda"))
+
+
+@dataclass(frozen=True)
+class LogConfig(_Section):
+    """Where and how often results are written."""
+
+    _name = "log"
+    logdir: str = _field("runs", "folder that holds one subfolder per run")
+    run_name: str = _field("", "run folder name; empty = <env>__<preset>__<seed>__<time>")
+    log_interval: int = _field(100, "env steps between TensorBoard scalars", low=1)
+    checkpoint_interval: int = _field(10_000, "env steps between checkpoints", low=1)
+
+
+SECTIONS: dict[str, type] = {
+    "env": EnvConfig, "model": ModelConfig, "search": SearchConfig,
+    "replay": ReplayConfig, "train": TrainConfig, "log": LogConfig,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration of a run; ``preset`` records where it came from."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    preset: str = "custom"
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Plain nested dict (sections only), suitable for TOML and checkpoints."""
+        return {name: _public_fields(getattr(self, name)) for name in SECTIONS}
+
+    def replace(self, overrides: Iterable[str] = ()) -> Config:
+        """A copy with ``section.key=value`` overrides applied."""
+        data = self.to_dict()
+        for item in overrides:
+            _apply_override(data, item)
+        return config_from_dict(data, preset=self.preset)
+
+    def to_toml(self) -> str:
+        """The config as TOML text that ``load_config`` reads back to an equal config."""
+        lines = [f"# muzero_gym config (preset: {self.preset})"]
+        for name, values in self.to_dict().items():
+            lines.append(f"\n[{name}]")
+            for key, value in values.items():
+                lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+
+def _public_fields(section: Any) -> dict[str, Any]:
+    return {f.name: _copy_value(getattr(section, f.name)) for f in dataclasses.fields(section)}
+
+
+def _copy_value(value: Any) -> Any:
+    return type(value)(value) if isinstance(value, (list, dict)) else value
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"cannot write {value!r} as TOML")
+
+
+def config_from_dict(data: Mapping[str, Any], preset: str = "custom") -> Config:
+    """Builds a Config from nested dicts; unknown sections and keys raise ConfigError."""
+    sections = {}
+    for name, values in data.items():
+        if name not in SECTIONS:
+            raise ConfigError(f"unknown config section {name!r}; sections are "
+                              f"{', '.join(SECTIONS)}")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"config section {name!r} must be a table of keys")
+        cls = SECTIONS[name]
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                raise ConfigError(f"unknown config key {name}.{key}; keys of [{name}] are "
+                                  f"{', '.join(sorted(known))}")
+        sections[name] = cls(**values)
+    return Config(**sections, preset=preset)
+
+
+def _parse_override_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word is a string: env.id=CartPole-v1
+
+
+def _apply_override(data: dict[str, dict[str, Any]], item: str) -> None:
+    key, sep, text = item.partition("=")
+    section, dot, name = key.strip().partition(".")
+    if not sep or not dot or not name:
+        raise ConfigError(f"override {item!r}: expected section.key=value")
+    if section not in data:
+        raise ConfigError(f"unknown config section {section!r} in override {item!r}")
+    if name not in data[section]:
+        raise ConfigError(f"unknown config key {section}.{name} in override {item!r}")
+    data[section][name] = _parse_override_value(text.strip())
+
+
+def list_presets() -> list[str]:
+    """Names of the presets shipped with the package."""
+    return sorted(p.stem for p in _preset_dir().glob("*.toml"))
+
+
+def load_config(preset_or_path: str | Path = "cartpole", overrides: Iterable[str] = ()) -> Config:
+    """Reads a preset name or a TOML file path, then applies ``section.key=value`` overrides."""
+    path = Path(preset_or_path)
+    if path.suffix != ".toml":
+        path = _preset_dir() / f"{preset_or_path}.toml"
+        if not path.exists():
+            raise ConfigError(f"unknown preset {str(preset_or_path)!r}; presets are "
+                              f"{', '.join(list_presets())} (or pass a path to a .toml file)")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    config = config_from_dict(data, preset=path.stem)
+    return config.replace(overrides)

@@ -1,0 +1,52 @@
+"""Building Gymnasium envs from an :class:`~muzero_gym.config.EnvConfig`, with clear errors.
+
+ALE ids (``ALE/...``) are registered from ``ale_py`` and muzero_gym's own envs from
+``muzero_gym.envs`` before ``gymnasium.make`` runs, so every preset's ``env.id`` resolves.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from muzero_gym.config import EnvConfig
+from muzero_gym.game import SpaceError, check_action_space
+
+
+class EnvError(ValueError):
+    """The env cannot be created or is not usable by muzero_gym."""
+
+
+def register_envs() -> None:
+    """Registers the ALE envs and muzero_gym's own envs with Gymnasium (idempotent)."""
+    import muzero_gym.envs  # noqa: F401  (registers on import)
+
+    try:
+        import ale_py
+
+        gym.register_envs(ale_py)
+    except ImportError:  # pragma: no cover - ale-py is a dependency
+        pass
+
+
+def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
+    """``gymnasium.make(config.id, **config.kwargs)`` with the time limit from the config; the
+    action space must be Discrete."""
+    register_envs()
+    kwargs = dict(config.kwargs)
+    if config.max_episode_steps > 0:
+        kwargs["max_episode_steps"] = config.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    try:
+        env = gym.make(config.id, **kwargs)
+    except gym.error.Error as e:
+        raise EnvError(f"cannot create env {config.id!r}: {e}") from None
+    except TypeError as e:
+        raise EnvError(f"cannot create env {config.id!r} with env.kwargs {config.kwargs}: "
+                       f"{e}") from None
+    try:
+        check_action_space(env.action_space)
+    except SpaceError:
+        env.close()
+        raise
+    return env

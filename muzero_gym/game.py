@@ -1,0 +1,288 @@
+"""``Game``: one episode of any Gymnasium env in the reward/history interface of the reference.
+
+A game records what the reference records (observations, actions, rewards, root search values,
+child visit distributions, the player to move) plus what Gymnasium adds: terminated and truncated
+kept apart, legal actions from ``info["action_mask"]`` and the player to move from
+``info["to_play"]`` when the env provides them.
+
+Observations are encoded once, when they arrive, by an :class:`ObservationEncoder` built from the
+env's observation space: ``Box`` (images kept as [C, H, W] uint8, anything else flattened to
+float32), ``Discrete`` (one-hot), ``MultiBinary`` and ``Tuple``/``Dict`` of those (flattened and
+concatenated). ``make_image(i)`` stacks the last N encoded observations, optionally with the
+actions that led to them, as the model's input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from muzero_gym import targets
+
+
+class SpaceError(TypeError):
+    """The env's observation or action space is not one muzero_gym can handle."""
+
+
+def check_action_space(space: gym.Space) -> spaces.Discrete:
+    """The env's action space if it is ``Discrete``; otherwise a SpaceError saying what to do."""
+    if not isinstance(space, spaces.Discrete):
+        raise SpaceError(
+            f"muzero_gym needs a Discrete action space, but this env has {space}. MuZero plans "
+            "over a finite set of actions: wrap the env in a gymnasium.ActionWrapper that maps "
+            "a Discrete(n) choice to its actions (e.g. a few fixed continuous actions).")
+    return space
+
+
+def _is_image(space: spaces.Box) -> bool:
+    return space.dtype == np.uint8 and len(space.shape) in (2, 3)
+
+
+class ObservationEncoder:
+    """Encodes observations of one Gymnasium space into the arrays the model reads.
+
+    ``shape`` and ``dtype`` describe one encoded observation: [C, H, W] uint8 for images
+    (a 2-D image gets C = 1, channels-last images are transposed), [F] float32 otherwise.
+    """
+
+    def __init__(self, space: gym.Space):
+        self.space = space
+        self.is_image = isinstance(space, spaces.Box) and _is_image(space)
+        self._channels_last = False
+        if self.is_image:
+            shape = space.shape
+            if len(shape) == 2:
+                shape = (1, *shape)
+            elif shape[-1] <= 4 < shape[0]:
+                self._channels_last = True
+                shape = (shape[2], shape[0], shape[1])
+            self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
+            self.dtype = np.dtype(np.uint8)
+        else:
+            self.shape = (self._flat_size(space, "observation space"),)
+            self.dtype = np.dtype(np.float32)
+
+    @classmethod
+    def _flat_size(cls, space: gym.Space, where: str) -> int:
+        if isinstance(space, spaces.Box):
+            return int(np.prod(space.shape))
+        if isinstance(space, spaces.Discrete):
+            return int(space.n)
+        if isinstance(space, spaces.MultiBinary):
+            return int(np.prod(space.shape))
+        if isinstance(space, spaces.Tuple):
+            return sum(cls._flat_size(s, where) for s in space.spaces)
+        if isinstance(space, spaces.Dict):
+            return sum(cls._flat_size(s, where) for s in space.spaces.values())
+        raise SpaceError(
+            f"muzero_gym cannot encode the {where} {space}: supported are Box, Discrete, "
+            "MultiBinary and Tuple/Dict of those. Wrap the env in a gymnasium.ObservationWrapper "
+            "that returns one of them.")
+
+    def encode(self, observation: Any) -> np.ndarray:
+        """One observation as an array of ``shape`` and ``dtype``."""
+        if self.is_image:
+            image = np.asarray(observation, dtype=np.uint8)
+            if image.ndim == 2:
+                return image[None]
+            return np.ascontiguousarray(image.transpose(2, 0, 1)) if self._channels_last \
+                else image
+        return self._flatten(self.space, observation)
+
+    def _flatten(self, space: gym.Space, observation: Any) -> np.ndarray:
+        if isinstance(space, spaces.Discrete):
+            out = np.zeros(space.n, dtype=np.float32)
+            out[int(observation) - int(space.start)] = 1.0
+            return out
+        if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+            return np.asarray(observation, dtype=np.float32).reshape(-1)
+        if isinstance(space, spaces.Tuple):
+            return np.concatenate([self._flatten(s, o) for s, o in zip(space.spaces, observation)])
+        return np.concatenate([self._flatten(s, observation[k]) for k, s in space.spaces.items()])
+
+
+class Game:
+    """One episode: the reference's ``Game`` over a Gymnasium env.
+
+    With ``env`` given, :meth:`reset` and :meth:`apply` step it; without one (vectorised
+    self-play steps its own envs), :meth:`start` and :meth:`record_step` take the env's outputs.
+    Index ``i`` counts states: state 0 is the reset observation, state ``i`` follows action
+    ``i - 1``; a finished game has ``len(actions) + 1`` observations.
+    """
+
+    def __init__(self, num_actions: int, encoder: ObservationEncoder,
+                 num_stacked_observations: int = 1, stack_actions: bool = False,
+                 num_players: int = 1, env: gym.Env | None = None):
+        if num_stacked_observations < 1:
+            raise ValueError(f"num_stacked_observations = {num_stacked_observations}: must be "
+                             ">= 1")
+        self.num_actions = num_actions
+        self.encoder = encoder
+        self.num_stacked_observations = num_stacked_observations
+        self.stack_actions = stack_actions
+        self.num_players = num_players
+        self.env = env
+        self._action_start = 0
+        if env is not None:
+            self._action_start = int(check_action_space(env.action_space).start)
+        self.observations: list[np.ndarray] = []
+        self.actions: list[int] = []
+        self.rewards: list[float] = []
+        self.root_values: list[float] = []
+        self.child_visits: list[np.ndarray] = []
+        self.to_play_history: list[int] = []
+        self.legal_masks: list[np.ndarray] = []
+        self.terminated = False
+        self.truncated = False
+        self.final_value: float | None = None
+
+    @classmethod
+    def for_env(cls, env: gym.Env, num_stacked_observations: int = 1,
+                stack_actions: bool = False, num_players: int = 1) -> Game:
+        """A game that steps ``env``; the spaces are checked here."""
+        action_space = check_action_space(env.action_space)
+        return cls(int(action_space.n), ObservationEncoder(env.observation_space),
+                   num_stacked_observations, stack_actions, num_players, env)
+
+    # ---- recording -----------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> None:
+        """Resets the env and records the first observation."""
+        if self.env is None:
+            raise RuntimeError("this Game has no env; call start() with the first observation")
+        observation, info = self.env.reset(seed=seed)
+        self.start(observation, info)
+
+    def start(self, observation: Any, info: dict | None = None) -> None:
+        """Records the first observation (and the legal actions / player in ``info``)."""
+        if self.observations:
+            raise RuntimeError("this game has already started")
+        self._record_state(observation, info or {})
+
+    def apply(self, action: int) -> float:
+        """Steps the env with ``action`` (an index in [0, num_actions)) and records the result."""
+        if self.env is None:
+            raise RuntimeError("this Game has no env; use record_step() with the env's outputs")
+        self._check_action(action)
+        observation, reward, terminated, truncated, info = self.env.step(
+            action + self._action_start)
+        self.record_step(action, float(reward), observation, terminated, truncated, info)
+        return float(reward)
+
+    def record_step(self, action: int, reward: float, observation: Any, terminated: bool,
+                    truncated: bool, info: dict | None = None) -> None:
+        """Records an action, its reward and the state it led to."""
+        if self.done:
+            raise RuntimeError("this game is over; start a new one")
+        self.actions.append(int(action))
+        self.rewards.append(float(reward))
+        self.terminated = bool(terminated)
+        self.truncated = bool(truncated) and not self.terminated
+        self._record_state(observation, info or {})
+
+    def _record_state(self, observation: Any, info: dict) -> None:
+        self.observations.append(self.encoder.encode(observation))
+        mask = info.get("action_mask")
+        if mask is None:
+            mask = np.ones(self.num_actions, dtype=np.bool_)
+        else:
+            mask = np.asarray(mask).astype(np.bool_).reshape(-1)
+            if mask.shape[0] != self.num_actions:
+                raise ValueError(f"info['action_mask'] has {mask.shape[0]} entries; the action "
+                                 f"space has {self.num_actions}")
+        self.legal_masks.append(mask)
+        player = info.get("to_play")
+        if player is None:
+            player = len(self.actions) % self.num_players
+        self.to_play_history.append(int(player))
+
+    def _check_action(self, action: int) -> None:
+        if not 0 <= action < self.num_actions:
+            raise ValueError(f"action {action} is outside [0, {self.num_actions})")
+
+    def store_search_statistics(self, root_value: float, search_policy: np.ndarray) -> None:
+        """Records the search at the current state: root value and the policy target (the
+        reference's child visit distribution)."""
+        policy = np.asarray(search_policy, dtype=np.float32).reshape(-1)
+        if policy.shape[0] != self.num_actions:
+            raise ValueError(f"search_policy has {policy.shape[0]} entries, expected "
+                             f"{self.num_actions}")
+        self.root_values.append(float(root_value))
+        self.child_visits.append(policy)
+
+    def set_final_value(self, value: float) -> None:
+        """Value of the final state of a truncated game (from a search or the model there);
+        without it :meth:`state_values` falls back to the last search value."""
+        self.final_value = float(value)
+
+    # ---- queries --------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    def __len__(self) -> int:
+        """Number of actions taken."""
+        return len(self.actions)
+
+    def terminal(self) -> bool:
+        """The reference's name for ``done``."""
+        return self.done
+
+    def legal_action_mask(self, index: int = -1) -> np.ndarray:
+        """[A] bool, True = legal, at state ``index``."""
+        return self.legal_masks[index]
+
+    def legal_actions(self, index: int = -1) -> list[int]:
+        return np.flatnonzero(self.legal_masks[index]).tolist()
+
+    def to_play(self, index: int = -1) -> int:
+        """Player to move at state ``index``."""
+        return self.to_play_history[index]
+
+    def make_image(self, index: int = -1) -> np.ndarray:
+        """Model input at state ``index``: the last N observations (the first repeated before the
+        start), stacked on the first axis; with ``stack_actions``, the actions that led to them
+        (images: a constant plane of round(255 * (a + 1) / A), 0 before the start; vectors: a
+        one-hot of A, zeros before the start)."""
+        if index < 0:
+            index += len(self.observations)
+        frames = [self.observations[max(i, 0)]
+                  for i in range(index - self.num_stacked_observations + 1, index + 1)]
+        if not self.stack_actions:
+            return np.concatenate(frames, axis=0)
+        previous = [self.actions[i - 1] if i > 0 else -1
+                    for i in range(index - self.num_stacked_observations + 1, index + 1)]
+        if self.encoder.is_image:
+            height, width = self.encoder.shape[1:]
+            planes = [np.full((1, height, width), round(255 * (a + 1) / self.num_actions)
+                              if a >= 0 else 0, dtype=np.uint8) for a in previous]
+            return np.concatenate(frames + planes, axis=0)
+        one_hots = np.zeros((len(previous), self.num_actions), dtype=np.float32)
+        for row, a in enumerate(previous):
+            if a >= 0:
+                one_hots[row, a] = 1.0
+        return np.concatenate(frames + [one_hots.reshape(-1)], axis=0)
+
+    def state_values(self) -> np.ndarray:
+        """[T + 1] search value of every state, then the final state's value: 0 after a
+        termination, the recorded final value (or the last search value) after a truncation."""
+        if len(self.root_values) != len(self.actions):
+            raise RuntimeError(f"{len(self.actions)} actions but {len(self.root_values)} "
+                               "searches stored: call store_search_statistics before each action")
+        final = 0.0
+        if self.truncated:
+            final = self.final_value if self.final_value is not None else (
+                self.root_values[-1] if self.root_values else 0.0)
+        return np.asarray(self.root_values + [final], dtype=np.float64)
+
+    def make_target(self, index: int, num_unroll_steps: int, td_steps: int,
+                    discount: float) -> targets.UnrollTargets:
+        """Targets of positions ``index .. index + num_unroll_steps`` (see :mod:`targets`)."""
+        return targets.make_target(
+            np.asarray(self.rewards), np.asarray(self.to_play_history), self.state_values(),
+            np.asarray(self.child_visits).reshape(len(self.child_visits), self.num_actions),
+            self.terminated, index, num_unroll_steps, td_steps, discount)

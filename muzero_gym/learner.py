@@ -1,0 +1,166 @@
+"""The learner: K-step unrolled MuZero loss, optimizer, LR schedule and target network.
+
+One :meth:`Learner.train_step` takes a replay :class:`~muzero_gym.replay.Batch`, unrolls the
+dynamics function K steps from the representation of the sampled observations, and minimises
+
+    sum_k scale_k * (value_loss_weight * CE(value) + CE(reward) + CE(policy))
+
+weighted per sample by the importance weights, where scale_0 = 1 and scale_k = 1/K for the
+unrolled steps (the reference's ``gradient_scale``), value and reward are cross-entropies against
+two-hot targets on the supports, and the gradient entering the dynamics function is halved.
+Weight decay is the optimizer's L2 term, as in the reference. The learning rate follows
+``lr_init * lr_decay_rate ** (step / lr_decay_steps)`` after an optional linear warm-up. A target
+network, refreshed every ``target_update_interval`` steps, supplies bootstrap values when
+``train.bootstrap_source = "target_network"``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from muzero_gym.config import TrainConfig
+from muzero_gym.networks import MuZeroNetwork, scale_gradient
+from muzero_gym.replay import Batch
+from muzero_gym.support import scalar_to_support
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` is CUDA when available, else CPU; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device = 'cuda' but no CUDA device is available; use auto or cpu")
+    return torch.device(name)
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """The reference's exponential decay, after ``lr_warmup_steps`` of linear warm-up."""
+    lr = config.lr_init * config.lr_decay_rate ** (step / config.lr_decay_steps)
+    if config.lr_warmup_steps > 0 and step < config.lr_warmup_steps:
+        lr *= (step + 1) / config.lr_warmup_steps
+    return lr
+
+
+class Learner:
+    """Owns the training network, its target copy, the optimizer and the step counter."""
+
+    def __init__(self, network: MuZeroNetwork, config: TrainConfig,
+                 device: torch.device | str = "cpu"):
+        self.config = config
+        self.device = torch.device(device)
+        self.network = network.to(self.device)
+        self.target_network = copy.deepcopy(self.network).eval()
+        for p in self.target_network.parameters():
+            p.requires_grad_(False)
+        if config.optimizer == "sgd":
+            self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
+                self.network.parameters(), lr=config.lr_init, momentum=config.momentum,
+                weight_decay=config.weight_decay)
+        else:
+            self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr_init,
+                                              weight_decay=config.weight_decay)
+        self.training_step = 0
+
+    def _tensor(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=dtype, device=self.device)
+
+    def value_targets(self, batch: Batch) -> torch.Tensor:
+        """[B, K + 1] value targets: stored search values, or the target network's values."""
+        if self.config.bootstrap_source == "search" or batch.bootstrap_observations is None:
+            if self.config.bootstrap_source == "target_network":
+                raise ValueError("bootstrap_source = target_network needs batches sampled with "
+                                 "with_bootstrap_observations=True")
+            return self._tensor(batch.target_value, torch.float32)
+        obs = self._tensor(batch.bootstrap_observations)
+        flat = obs.flatten(0, 1)
+        with torch.no_grad():
+            out = self.target_network.initial_inference(flat)
+            values = self.target_network.value_scalar(out.value_logits).view(obs.shape[:2])
+        return (self._tensor(batch.reward_sum, torch.float32)
+                + self._tensor(batch.bootstrap_scale, torch.float32) * values)
+
+    def compute_loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor],
+                                                   torch.Tensor]:
+        """(weighted total loss, per-part mean losses, predicted root values [B])."""
+        net = self.network
+        observations = self._tensor(batch.observations)
+        actions = self._tensor(batch.actions, torch.long)
+        target_value = self.value_targets(batch)
+        target_reward = self._tensor(batch.target_reward, torch.float32)
+        target_policy = self._tensor(batch.target_policy, torch.float32)
+        value_mask = self._tensor(batch.value_mask, torch.float32)
+        policy_mask = self._tensor(batch.policy_mask, torch.float32)
+        weights = self._tensor(batch.weights, torch.float32)
+        num_unroll = actions.shape[1]
+
+        value_support = scalar_to_support(target_value, net.value_support_size)
+        reward_support = scalar_to_support(target_reward, net.reward_support_size)
+
+        out = net.initial_inference(observations)
+        root_value = net.value_scalar(out.value_logits.detach())
+        value_loss = _cross_entropy(out.value_logits, value_support[:, 0]) * value_mask[:, 0]
+        policy_loss = _cross_entropy(out.policy_logits, target_policy[:, 0]) * policy_mask[:, 0]
+        reward_loss = torch.zeros_like(value_loss)
+        hidden = out.hidden
+        for k in range(1, num_unroll + 1):
+            hidden = scale_gradient(hidden, 0.5)
+            out = net.recurrent_inference(hidden, actions[:, k - 1])
+            hidden = out.hidden
+            step_scale = 1.0 / num_unroll
+            value_loss = value_loss + step_scale * value_mask[:, k] * _cross_entropy(
+                out.value_logits, value_support[:, k])
+            reward_loss = reward_loss + step_scale * value_mask[:, k] * _cross_entropy(
+                out.reward_logits, reward_support[:, k])
+            policy_loss = policy_loss + step_scale * policy_mask[:, k] * _cross_entropy(
+                out.policy_logits, target_policy[:, k])
+        per_sample = self.config.value_loss_weight * value_loss + reward_loss + policy_loss
+        total = (weights * per_sample).mean()
+        parts = {"value": value_loss.mean().detach(), "reward": reward_loss.mean().detach(),
+                 "policy": policy_loss.mean().detach()}
+        priority_error = (root_value - target_value[:, 0].detach()).abs()
+        return total, parts, priority_error
+
+    def train_step(self, batch: Batch) -> dict[str, Any]:
+        """One optimizer step. Returns the losses, lr, grad norm and new priorities [B]."""
+        self.network.train()
+        lr = learning_rate(self.config, self.training_step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total, parts, priorities = self.compute_loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters(), max_norm)
+        self.optimizer.step()
+        self.training_step += 1
+        if self.training_step % self.config.target_update_interval == 0:
+            self.update_target_network()
+        return {"total": float(total.detach()), **{k: float(v) for k, v in parts.items()},
+                "lr": lr, "grad_norm": float(grad_norm),
+                "priorities": priorities.cpu().numpy()}
+
+    def update_target_network(self) -> None:
+        self.target_network.load_state_dict(self.network.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors and plain numbers only (loadable with ``weights_only=True``)."""
+        return {"network": self.network.state_dict(),
+                "target_network": self.target_network.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "training_step": self.training_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.network.load_state_dict(state["network"])
+        self.target_network.load_state_dict(state["target_network"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.training_step = int(state["training_step"])
+
+
+def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample cross-entropy of ``logits`` [B, C] against a distribution ``target`` [B, C]."""
+    return -(target * F.log_softmax(logits, dim=-1)).sum(-1)

@@ -1,0 +1,277 @@
+"""Batched MCTS driver: runs one search over B roots, calling the model once per simulation.
+
+The tree itself lives in :mod:`muzero_gym.mcts.tree` (compiled kernels over preallocated
+arrays). This module owns those arrays, draws root noise, calls the model callback and turns the
+finished trees into search results. It does not import torch: the model is reached only through
+
+    recurrent_fn(parent_index [B] int32, action [B] int32, node_index: int)
+        -> (reward [B], value [B], policy_logits [B, A])
+
+which must compute the dynamics + prediction step from the hidden state of node
+``parent_index[b]`` of row ``b`` and remember the new hidden state as node ``node_index`` of every
+row (see :class:`muzero_gym.inference.ModelSearchAdapter`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from muzero_gym.mcts import tree
+
+RecurrentFn = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Everything the search needs to know; build it with :meth:`from_config`."""
+
+    num_simulations: int = 50
+    discount: float = 0.997
+    pb_c_base: float = 19652.0
+    pb_c_init: float = 1.25
+    exploration_constant: float = 1.0
+    dirichlet_alpha: float = 0.25
+    root_exploration_fraction: float = 0.25
+    known_bounds: tuple[float, float] | None = None
+    num_players: int = 1
+    root_selection: str = "puct"
+    gumbel_num_considered: int = 16
+    gumbel_c_visit: float = 50.0
+    gumbel_c_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.num_simulations < 1:
+            raise ValueError(f"num_simulations = {self.num_simulations}: must be >= 1")
+        if self.num_players not in (1, 2):
+            raise ValueError(f"num_players = {self.num_players}: must be 1 or 2")
+        if self.root_selection not in ("puct", "gumbel"):
+            raise ValueError(f"root_selection = {self.root_selection!r}: use puct or gumbel")
+
+    @classmethod
+    def from_config(cls, config) -> SearchSettings:
+        """Settings from a :class:`muzero_gym.config.Config`."""
+        s = config.search
+        return cls(
+            num_simulations=s.num_simulations, discount=config.train.discount,
+            pb_c_base=s.pb_c_base, pb_c_init=s.pb_c_init,
+            exploration_constant=s.exploration_constant, dirichlet_alpha=s.dirichlet_alpha,
+            root_exploration_fraction=s.root_exploration_fraction,
+            known_bounds=tuple(s.known_bounds) if s.known_bounds else None,
+            num_players=config.env.num_players, root_selection=s.root_selection,
+            gumbel_num_considered=s.gumbel_num_considered, gumbel_c_visit=s.gumbel_c_visit,
+            gumbel_c_scale=s.gumbel_c_scale)
+
+
+@dataclass
+class SearchResult:
+    """What one batched search returns; every array has the batch as its first axis."""
+
+    visit_counts: np.ndarray  # [B, A] int32, visits of each root child
+    root_value: np.ndarray  # [B] float64, the reference's root.value()
+    search_policy: np.ndarray  # [B, A] float64, policy target (visits, or Gumbel's improved policy)
+    qvalues: np.ndarray  # [B, A] float64, reward + discount * child value (0 if unvisited)
+    max_depth: np.ndarray  # [B] int32, deepest node expanded
+    gumbel_action: np.ndarray | None  # [B] int64, sequential halving's pick (gumbel only)
+
+
+@functools.lru_cache(maxsize=64)
+def considered_visit_table(max_considered: int, num_simulations: int) -> np.ndarray:
+    """Sequential halving schedule: row m gives, for each simulation, the visit count a root
+    action must have to be chosen when m actions are considered. Shape [max_considered+1, S]."""
+    table = np.zeros((max_considered + 1, num_simulations), dtype=np.int32)
+    for m in range(1, max_considered + 1):
+        if m == 1:
+            table[m] = np.arange(num_simulations)
+            continue
+        rounds = math.ceil(math.log2(m))
+        sequence: list[int] = []
+        visits = [0] * m
+        considered = m
+        while len(sequence) < num_simulations:
+            extra = max(1, num_simulations // (rounds * considered))
+            for _ in range(extra):
+                sequence.extend(visits[:considered])
+                for i in range(considered):
+                    visits[i] += 1
+            considered = max(2, considered // 2)
+        table[m] = sequence[:num_simulations]
+    return table
+
+
+class BatchedMCTS:
+    """A reusable batched search for a fixed number of actions.
+
+    Arrays are allocated for the largest batch seen so far and reused, so the hot loop creates no
+    objects beyond what the callback returns.
+    """
+
+    def __init__(self, settings: SearchSettings, num_actions: int):
+        if num_actions < 1:
+            raise ValueError(f"num_actions = {num_actions}: must be >= 1")
+        self.settings = settings
+        self.num_actions = num_actions
+        self._capacity = 0
+        self._all_legal = np.ones(num_actions, dtype=np.bool_)
+
+    def _allocate(self, batch: int) -> None:
+        if batch <= self._capacity:
+            return
+        n, a = self.settings.num_simulations + 1, self.num_actions
+        self._nodes = np.zeros((batch, n, 4), dtype=np.int32)
+        self._values = np.zeros((batch, n, 3), dtype=np.float64)
+        self._children = np.full((batch, n, a), -1, dtype=np.int32)
+        self._prior = np.zeros((batch, n, a), dtype=np.float64)
+        self._minmax = np.zeros((batch, 2), dtype=np.float64)
+        self._parent = np.zeros(batch, dtype=np.int32)
+        self._action = np.zeros(batch, dtype=np.int32)
+        self._start = np.zeros(batch, dtype=np.int32)
+        self._capacity = batch
+
+    def run(self, root_value: np.ndarray, root_logits: np.ndarray, recurrent_fn: RecurrentFn,
+            root_legal: np.ndarray | None = None, root_to_play: np.ndarray | None = None,
+            rng: np.random.Generator | None = None, add_noise: bool = True) -> SearchResult:
+        """Searches from B roots.
+
+        Args:
+            root_value: [B] value of each root from the initial inference.
+            root_logits: [B, A] policy logits of each root.
+            recurrent_fn: the model callback described in the module doc.
+            root_legal: [B, A] bool, True = legal; all legal when None. Every row needs one.
+            root_to_play: [B] int player to move at each root (0 or 1); 0 when None.
+            rng: source of root noise (Dirichlet for puct, Gumbel for gumbel).
+            add_noise: False for evaluation (no Dirichlet noise, zero Gumbel noise).
+        """
+        s = self.settings
+        root_value = np.ascontiguousarray(root_value, dtype=np.float64).reshape(-1)
+        batch = root_value.shape[0]
+        root_logits = np.ascontiguousarray(root_logits, dtype=np.float64)
+        if root_logits.shape != (batch, self.num_actions):
+            raise ValueError(f"root_logits has shape {root_logits.shape}, expected "
+                             f"({batch}, {self.num_actions})")
+        if root_legal is None:
+            root_legal = np.ones((batch, self.num_actions), dtype=np.bool_)
+        root_legal = np.ascontiguousarray(root_legal, dtype=np.bool_)
+        if root_legal.shape != (batch, self.num_actions):
+            raise ValueError(f"root_legal has shape {root_legal.shape}, expected "
+                             f"({batch}, {self.num_actions})")
+        num_legal = root_legal.sum(axis=1)
+        if (num_legal == 0).any():
+            raise ValueError(f"rows {np.flatnonzero(num_legal == 0).tolist()} have no legal action")
+        if root_to_play is None:
+            root_to_play = np.zeros(batch, dtype=np.int32)
+        root_to_play = np.ascontiguousarray(root_to_play, dtype=np.int32)
+        rng = rng if rng is not None else np.random.default_rng()
+
+        self._allocate(batch)
+        nodes, values = self._nodes[:batch], self._values[:batch]
+        children, prior, minmax = self._children[:batch], self._prior[:batch], self._minmax[:batch]
+        parent, action = self._parent[:batch], self._action[:batch]
+
+        use_gumbel = s.root_selection == "gumbel"
+        noise_fraction = s.root_exploration_fraction if (add_noise and not use_gumbel) else 0.0
+        if noise_fraction > 0.0:
+            # Normalised Gamma draws over the legal actions are Dirichlet(alpha) draws.
+            noise = rng.gamma(s.dirichlet_alpha, 1.0, size=(batch, self.num_actions)) * root_legal
+            noise /= np.maximum(noise.sum(axis=1, keepdims=True), 1e-300)
+        else:
+            noise = np.zeros((batch, self.num_actions))
+        if use_gumbel:
+            gumbel = (rng.gumbel(size=(batch, self.num_actions)) if add_noise
+                      else np.zeros((batch, self.num_actions)))
+            table = considered_visit_table(s.gumbel_num_considered, s.num_simulations)
+            considered = table[np.minimum(num_legal, s.gumbel_num_considered)]
+        known_min, known_max = s.known_bounds if s.known_bounds else (np.inf, -np.inf)
+
+        tree.init_roots(nodes, values, children, prior, minmax, root_legal, root_value,
+                        root_logits, root_to_play, noise, noise_fraction, known_min, known_max,
+                        s.discount)
+        max_depth = np.zeros(batch, dtype=np.int32)
+        start = self._start[:batch]
+        start[:] = 0
+        completed_q = np.zeros((batch, self.num_actions))
+        for simulation in range(s.num_simulations):
+            if use_gumbel:
+                tree.gumbel_root_choice(nodes, values, children, prior, minmax, root_legal,
+                                        s.discount, gumbel, considered, simulation,
+                                        s.gumbel_c_visit, s.gumbel_c_scale, completed_q, start,
+                                        parent, action, max_depth)
+            tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
+                               s.pb_c_base, s.pb_c_init, s.exploration_constant, start, parent,
+                               action, max_depth)
+            reward, value, logits = recurrent_fn(parent, action, simulation + 1)
+            tree.expand_and_backup(nodes, values, children, prior, minmax, simulation + 1, parent,
+                                   action, _contiguous(reward, (batch,)),
+                                   _contiguous(value, (batch,)),
+                                   _contiguous(logits, (batch, self.num_actions)), s.num_players,
+                                   s.discount, self._all_legal)
+
+        visit_counts, out_value, qvalues = self._root_statistics(batch)
+        gumbel_action = None
+        if use_gumbel:
+            search_policy, gumbel_action = self._gumbel_outputs(batch, root_legal, gumbel,
+                                                                visit_counts, completed_q)
+        else:
+            search_policy = visit_counts / visit_counts.sum(axis=1, keepdims=True)
+        return SearchResult(visit_counts, out_value, search_policy, qvalues, max_depth,
+                            gumbel_action)
+
+    def _root_statistics(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Root child visit counts [B, A], root values [B] and root Q-values [B, A]."""
+        nodes, values = self._nodes[:batch], self._values[:batch]
+        rows = np.arange(batch)[:, None]
+        child = self._children[:batch, 0]
+        exists = child >= 0
+        child = np.where(exists, child, 0)
+        visit_counts = np.where(exists, nodes[rows, child, tree.VISITS], 0).astype(np.int32)
+        root_value = values[:, 0, tree.VALUE_SUM] / nodes[:, 0, tree.VISITS]
+        child_value = values[rows, child, tree.VALUE_SUM] / np.maximum(visit_counts, 1)
+        same_player = nodes[rows, child, tree.TO_PLAY] == nodes[:, :1, tree.TO_PLAY]
+        q = values[rows, child, tree.REWARD] + self.settings.discount * np.where(
+            same_player, child_value, -child_value)
+        return visit_counts, root_value, np.where(visit_counts > 0, q, 0.0)
+
+    def _gumbel_outputs(self, batch, root_legal, gumbel, visit_counts, q):
+        """Gumbel MuZero's improved policy softmax(log prior + sigma(completed Q)) and the action
+        sequential halving settles on (the best-scoring among the most visited)."""
+        s = self.settings
+        tree.completed_q(self._nodes[:batch], self._values[:batch], self._children[:batch],
+                         self._prior[:batch], self._minmax[:batch], root_legal, s.discount, q)
+        sigma = (s.gumbel_c_visit + visit_counts.max(axis=1, keepdims=True)) * s.gumbel_c_scale * q
+        log_prior = np.log(self._prior[:batch, 0] + 1e-30)
+        logits = np.where(root_legal, log_prior + sigma, -np.inf)
+        policy = np.exp(logits - logits.max(axis=1, keepdims=True))
+        policy /= policy.sum(axis=1, keepdims=True)
+        most_visited = visit_counts == visit_counts.max(axis=1, keepdims=True)
+        score = np.where(most_visited & root_legal, gumbel + logits, -np.inf)
+        return policy, score.argmax(axis=1)
+
+
+def _contiguous(array, shape: tuple[int, ...]) -> np.ndarray:
+    """The model's output as a C-contiguous float64 array of the expected shape."""
+    out = np.ascontiguousarray(array, dtype=np.float64)
+    if out.shape != shape:
+        if out.size != shape[0] * (shape[1] if len(shape) > 1 else 1):
+            raise ValueError(f"recurrent_fn returned an array of shape {out.shape}, "
+                             f"expected {shape}")
+        out = out.reshape(shape)
+    return out
+
+
+def select_actions(visit_counts: np.ndarray, temperature: float,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Actions [B] from root visit counts [B, A]: sampled from N^(1/T), or the most visited
+    (first on ties) when ``temperature`` is 0, as the MuZero paper's visit softmax."""
+    counts = np.asarray(visit_counts, dtype=np.float64)
+    if temperature == 0.0:
+        return counts.argmax(axis=1)
+    logits = np.where(counts > 0, np.log(np.maximum(counts, 1e-300)) / temperature, -np.inf)
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    cumulative = probs.cumsum(axis=1)
+    draws = rng.random((counts.shape[0], 1)) * cumulative[:, -1:]
+    return np.minimum((cumulative <= draws).sum(axis=1), counts.shape[1] - 1)

@@ -1,0 +1,250 @@
+"""MuZero's three functions (representation, dynamics, prediction) as PyTorch modules.
+
+Two families share one interface (:class:`MuZeroNetwork`):
+
+- :class:`MLPNetwork` for vector observations;
+- :class:`ResNetNetwork` for images: the MuZero Atari network (strided convolutions and residual
+  blocks downsample 96x96 to 6x6, then residual towers) in the paper's size (``resnet``) or an
+  EfficientZero-size one for CPUs (``resnet_small``: 64 channels, one block per stage).
+
+Value and reward are categorical over ``[-n, n]`` of the transformed scale
+(:mod:`muzero_gym.support`); hidden states are min-max scaled to [0, 1] per sample. The learner
+scales the gradient entering the dynamics function by 0.5 (:func:`scale_gradient`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from muzero_gym.config import ModelConfig
+from muzero_gym.support import support_to_scalar
+
+
+class NetworkOutput(NamedTuple):
+    """Batched model output; logits are over the categorical supports."""
+
+    value_logits: torch.Tensor  # [B, 2 * value_support + 1]
+    reward_logits: torch.Tensor  # [B, 2 * reward_support + 1]; all-zero logits at the root
+    policy_logits: torch.Tensor  # [B, A]
+    hidden: torch.Tensor  # [B, ...] scaled to [0, 1]
+
+
+def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Identity forward; multiplies the gradient by ``scale`` backward."""
+    return x * scale + x.detach() * (1.0 - scale)
+
+
+def _scale_hidden(x: torch.Tensor) -> torch.Tensor:
+    """Min-max scaling of each sample's hidden state to [0, 1] (MuZero Appendix G)."""
+    flat = x.flatten(1)
+    low = flat.min(dim=1, keepdim=True).values
+    high = flat.max(dim=1, keepdim=True).values
+    return ((flat - low) / (high - low).clamp_min(1e-5)).view_as(x)
+
+
+class MuZeroNetwork(nn.Module):
+    """Common interface: batched ``initial_inference`` and ``recurrent_inference``."""
+
+    def __init__(self, num_actions: int, value_support_size: int, reward_support_size: int):
+        super().__init__()
+        self.num_actions = num_actions
+        self.value_support_size = value_support_size
+        self.reward_support_size = reward_support_size
+
+    def representation(self, observation: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def dynamics(self, hidden: torch.Tensor,
+                 action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(next hidden state, reward logits) from a hidden state and actions [B] (int)."""
+        raise NotImplementedError
+
+    def prediction(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy logits, value logits) of a hidden state."""
+        raise NotImplementedError
+
+    def initial_inference(self, observation: torch.Tensor) -> NetworkOutput:
+        """Representation + prediction for a batch of observations."""
+        hidden = self.representation(observation)
+        policy_logits, value_logits = self.prediction(hidden)
+        reward_logits = torch.zeros(hidden.shape[0], 2 * self.reward_support_size + 1,
+                                    device=hidden.device, dtype=value_logits.dtype)
+        reward_logits[:, self.reward_support_size] = 1e4  # a point mass on reward 0
+        return NetworkOutput(value_logits, reward_logits, policy_logits, hidden)
+
+    def recurrent_inference(self, hidden: torch.Tensor, action: torch.Tensor) -> NetworkOutput:
+        """Dynamics + prediction for a batch of hidden states and actions [B]."""
+        next_hidden, reward_logits = self.dynamics(hidden, action)
+        policy_logits, value_logits = self.prediction(next_hidden)
+        return NetworkOutput(value_logits, reward_logits, policy_logits, next_hidden)
+
+    def value_scalar(self, value_logits: torch.Tensor) -> torch.Tensor:
+        return support_to_scalar(value_logits, self.value_support_size)
+
+    def reward_scalar(self, reward_logits: torch.Tensor) -> torch.Tensor:
+        return support_to_scalar(reward_logits, self.reward_support_size)
+
+
+def _mlp(sizes: list[int], zero_last: bool = False) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.LayerNorm(sizes[i + 1]))
+            layers.append(nn.ReLU())
+    if zero_last:
+        nn.init.zeros_(layers[-1].weight)
+        nn.init.zeros_(layers[-1].bias)
+    return nn.Sequential(*layers)
+
+
+class MLPNetwork(MuZeroNetwork):
+    """Fully connected MuZero for flat observations of ``observation_size`` features."""
+
+    def __init__(self, observation_size: int, num_actions: int, config: ModelConfig):
+        super().__init__(num_actions, config.value_support_size, config.reward_support_size)
+        width, depth, hidden = config.layer_size, config.num_layers, config.hidden_size
+        body = [width] * depth
+        self.representation_net = _mlp([observation_size, *body, hidden])
+        self.dynamics_net = _mlp([hidden + num_actions, *body, hidden])
+        self.reward_net = _mlp([hidden, width, 2 * config.reward_support_size + 1],
+                               zero_last=True)
+        self.prediction_trunk = _mlp([hidden, *body])
+        self.prediction_trunk.append(nn.ReLU())
+        self.policy_head = _mlp([width, num_actions], zero_last=True)
+        self.value_head = _mlp([width, 2 * config.value_support_size + 1], zero_last=True)
+
+    def representation(self, observation: torch.Tensor) -> torch.Tensor:
+        return _scale_hidden(self.representation_net(observation.float().flatten(1)))
+
+    def dynamics(self, hidden, action):
+        one_hot = F.one_hot(action.long(), self.num_actions).to(hidden.dtype)
+        next_hidden = _scale_hidden(self.dynamics_net(torch.cat([hidden, one_hot], dim=1)))
+        return next_hidden, self.reward_net(next_hidden)
+
+    def prediction(self, hidden):
+        trunk = self.prediction_trunk(hidden)
+        return self.policy_head(trunk), self.value_head(trunk)
+
+
+class ResidualBlock(nn.Module):
+    """Two 3x3 convolutions with batch norm and a skip connection (pre-addition ReLU-free)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(x + self.bn2(self.conv2(out)))
+
+
+class Downsample(nn.Module):
+    """MuZero Atari downsampling: 96x96 -> 6x6 through two strided convs and two poolings."""
+
+    def __init__(self, in_channels: int, channels: int, blocks: tuple[int, int, int]):
+        super().__init__()
+        half = max(1, channels // 2)
+        self.conv1 = nn.Conv2d(in_channels, half, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(half)
+        self.stage1 = nn.Sequential(*[ResidualBlock(half) for _ in range(blocks[0])])
+        self.conv2 = nn.Conv2d(half, channels, 3, stride=2, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.stage2 = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks[1])])
+        self.stage3 = nn.Sequential(*[ResidualBlock(channels) for _ in range(blocks[2])])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stage1(F.relu(self.bn1(self.conv1(x))))
+        x = self.stage2(F.relu(self.bn2(self.conv2(x))))
+        x = F.avg_pool2d(x, 3, stride=2, padding=1)
+        x = self.stage3(x)
+        return F.avg_pool2d(x, 3, stride=2, padding=1)
+
+
+def _conv_head(channels: int, spatial: int, outputs: int, head_channels: int = 16,
+               width: int = 32) -> nn.Sequential:
+    """1x1 conv reduction, then a small MLP; the last layer starts at zero."""
+    head = nn.Sequential(
+        nn.Conv2d(channels, head_channels, 1), nn.BatchNorm2d(head_channels), nn.ReLU(),
+        nn.Flatten(), nn.Linear(head_channels * spatial, width), nn.ReLU(),
+        nn.Linear(width, outputs))
+    nn.init.zeros_(head[-1].weight)
+    nn.init.zeros_(head[-1].bias)
+    return head
+
+
+class ResNetNetwork(MuZeroNetwork):
+    """Convolutional MuZero for image observations of shape [C, H, W]."""
+
+    def __init__(self, observation_shape: tuple[int, ...], num_actions: int, config: ModelConfig,
+                 scale_input: bool):
+        super().__init__(num_actions, config.value_support_size, config.reward_support_size)
+        small = config.kind == "resnet_small"
+        channels = 64 if small else config.num_channels
+        num_blocks = 1 if small else config.num_blocks
+        in_channels, height, width = observation_shape
+        self.scale_input = scale_input
+        if config.downsample:
+            self.stem = Downsample(in_channels, channels, (1, 1, 1) if small else (2, 3, 3))
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(in_channels, channels, 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(channels), nn.ReLU())
+        with torch.no_grad():
+            spatial_shape = self.stem(torch.zeros(1, *observation_shape)).shape[2:]
+        spatial = int(spatial_shape[0] * spatial_shape[1])
+        self.representation_tower = nn.Sequential(*[ResidualBlock(channels)
+                                                    for _ in range(num_blocks)])
+        self.dynamics_conv = nn.Conv2d(channels + 1, channels, 3, padding=1, bias=False)
+        self.dynamics_bn = nn.BatchNorm2d(channels)
+        self.dynamics_tower = nn.Sequential(*[ResidualBlock(channels) for _ in range(num_blocks)])
+        self.reward_head = _conv_head(channels, spatial, 2 * config.reward_support_size + 1)
+        self.prediction_tower = nn.Sequential(*[ResidualBlock(channels)
+                                                for _ in range(num_blocks)])
+        self.value_head = _conv_head(channels, spatial, 2 * config.value_support_size + 1)
+        self.policy_head = _conv_head(channels, spatial, num_actions)
+
+    def representation(self, observation: torch.Tensor) -> torch.Tensor:
+        x = observation.float()
+        if self.scale_input:
+            x = x / 255.0
+        return _scale_hidden(self.representation_tower(self.stem(x)))
+
+    def dynamics(self, hidden, action):
+        plane = (action.to(hidden.dtype) / self.num_actions).view(-1, 1, 1, 1)
+        plane = plane.expand(-1, 1, hidden.shape[2], hidden.shape[3])
+        x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, plane], dim=1)))
+        next_hidden = self.dynamics_tower(F.relu(x + hidden))
+        return _scale_hidden(next_hidden), self.reward_head(next_hidden)
+
+    def prediction(self, hidden):
+        trunk = self.prediction_tower(hidden)
+        return self.policy_head(trunk), self.value_head(trunk)
+
+
+def build_network(config: ModelConfig, observation_shape: tuple[int, ...], num_actions: int,
+                  image_input: bool = False) -> MuZeroNetwork:
+    """The network the config asks for. ``auto`` picks ``resnet_small`` for [C, H, W] image
+    inputs and ``mlp`` otherwise; ``image_input`` says the input is uint8 pixels (scaled by
+    1/255 inside the network)."""
+    kind = config.kind
+    if kind == "auto":
+        kind = "resnet_small" if len(observation_shape) == 3 else "mlp"
+    if kind == "mlp":
+        size = 1
+        for dim in observation_shape:
+            size *= dim
+        return MLPNetwork(size, num_actions, config)
+    if len(observation_shape) != 3:
+        raise ValueError(f"model.kind = {config.kind!r} needs image observations [C, H, W]; "
+                         f"this env gives shape {tuple(observation_shape)}: use model.kind = mlp")
+    if kind != config.kind:
+        config = dataclasses.replace(config, kind=kind)
+    return ResNetNetwork(tuple(observation_shape), num_actions, config, image_input)

@@ -1,0 +1,315 @@
+"""Replay buffer of finished games, bounded by transitions, with prioritized sampling.
+
+Every searched state of a stored game is one *position*; positions sit in a ring of
+``capacity`` slots in insertion order. A new game takes the next ``len(game)`` slots and evicts
+every game it overwrites (whole games leave, oldest first). Sampling picks positions with
+probability ``priority ** alpha / sum`` (or uniformly) and returns importance weights
+``(N * P) ** -beta`` normalised by the largest weight in the batch, so they lie in (0, 1].
+
+A position's first priority is ``|search value - n-step value target|`` (MuZero Reanalyze,
+Appendix G); :meth:`ReplayBuffer.update_priorities` replaces it after each learner step. The
+whole buffer, priorities included, round-trips through :meth:`ReplayBuffer.state_dict` /
+:meth:`ReplayBuffer.load_state_dict` and :meth:`ReplayBuffer.save` / :meth:`ReplayBuffer.load`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from muzero_gym import targets
+from muzero_gym.config import ReplayConfig
+from muzero_gym.game import Game, ObservationEncoder
+
+
+@dataclass
+class Batch:
+    """One training batch of B samples, K unroll steps and A actions (numpy arrays)."""
+
+    observations: np.ndarray  # [B, ...] model input at the sampled positions
+    actions: np.ndarray  # [B, K] int64; random actions past the end of a game
+    target_value: np.ndarray  # [B, K + 1] n-step value targets from stored search values
+    target_reward: np.ndarray  # [B, K + 1]
+    target_policy: np.ndarray  # [B, K + 1, A]
+    value_mask: np.ndarray  # [B, K + 1] bool
+    policy_mask: np.ndarray  # [B, K + 1] bool
+    weights: np.ndarray  # [B] importance-sampling weights
+    slots: np.ndarray  # [B] ring slots, for update_priorities
+    game_ids: np.ndarray  # [B] ids of the sampled games, for update_priorities
+    reward_sum: np.ndarray  # [B, K + 1] reward part of the value targets
+    bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
+    bootstrap_observations: np.ndarray | None  # [B, K + 1, ...] model inputs to bootstrap from
+
+
+class _StoredGame:
+    """A finished game plus its value-target parts, computed once on insertion."""
+
+    __slots__ = ("game", "slots", "parts", "values", "policies", "rewards")
+
+    def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float):
+        self.game = game
+        self.slots = slots
+        self.rewards = np.asarray(game.rewards, dtype=np.float64)
+        self.policies = np.asarray(game.child_visits, dtype=np.float32).reshape(
+            len(game), game.num_actions)
+        self.parts = targets.n_step_parts(self.rewards, np.asarray(game.to_play_history),
+                                          game.terminated, td_steps, discount)
+        self.values = targets.n_step_values(self.parts, game.state_values())
+
+
+class ReplayBuffer:
+    """Finished games, sampled by position for training (see module doc)."""
+
+    def __init__(self, config: ReplayConfig, *, num_actions: int, num_unroll_steps: int,
+                 td_steps: int, discount: float):
+        self.config = config
+        self.num_actions = num_actions
+        self.num_unroll_steps = num_unroll_steps
+        self.td_steps = td_steps
+        self.discount = discount
+        capacity = config.capacity
+        self._slot_game = np.full(capacity, -1, dtype=np.int64)
+        self._slot_step = np.zeros(capacity, dtype=np.int64)
+        self._priority = np.zeros(capacity, dtype=np.float64)
+        self._games: dict[int, _StoredGame] = {}
+        self._cursor = 0
+        self._next_game_id = 0
+        self._max_priority = 1.0
+        self.num_games_added = 0
+        self.num_transitions_added = 0
+
+    # ---- adding ---------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        return self._slot_game.shape[0]
+
+    def __len__(self) -> int:
+        """Positions (transitions) stored now."""
+        return int((self._slot_game >= 0).sum())
+
+    @property
+    def num_games(self) -> int:
+        return len(self._games)
+
+    def add_game(self, game: Game, priorities: np.ndarray | None = None) -> int:
+        """Stores a finished game; returns its id. Default priorities are |search value -
+        value target| of each position. Value targets are computed here, so a truncated
+        game's ``set_final_value`` must come before this call."""
+        num_positions = len(game)
+        if not game.done:
+            raise ValueError("only finished games (terminated or truncated) can be stored")
+        if num_positions == 0:
+            raise ValueError("cannot store a game with no actions")
+        if num_positions > self.capacity:
+            raise ValueError(f"a game of {num_positions} transitions does not fit in "
+                             f"replay.capacity = {self.capacity}; raise the capacity")
+        slots = (self._cursor + np.arange(num_positions)) % self.capacity
+        for game_id in np.unique(self._slot_game[slots]):
+            if game_id >= 0:
+                self._evict(int(game_id))
+        game_id = self._next_game_id
+        self._next_game_id += 1
+        stored = _StoredGame(game, slots, self.td_steps, self.discount)
+        self._games[game_id] = stored
+        if priorities is None:
+            priorities = np.abs(np.asarray(game.root_values) - stored.values[:-1])
+        priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        if priorities.shape[0] != num_positions:
+            raise ValueError(f"{priorities.shape[0]} priorities for {num_positions} positions")
+        self._slot_game[slots] = game_id
+        self._slot_step[slots] = np.arange(num_positions)
+        self._priority[slots] = priorities + self.config.priority_epsilon
+        self._cursor = int((self._cursor + num_positions) % self.capacity)
+        self.num_games_added += 1
+        self.num_transitions_added += num_positions
+        return game_id
+
+    def _evict(self, game_id: int) -> None:
+        stored = self._games.pop(game_id)
+        self._slot_game[stored.slots] = -1
+        self._priority[stored.slots] = 0.0
+
+    def games(self) -> list[Game]:
+        """Stored games, oldest first."""
+        return [self._games[k].game for k in sorted(self._games)]
+
+    # ---- sampling -------------------------------------------------------------------------
+
+    def _probabilities(self) -> np.ndarray:
+        occupied = self._slot_game >= 0
+        if self.config.prioritized:
+            weights = np.where(occupied, self._priority ** self.config.priority_alpha, 0.0)
+        else:
+            weights = occupied.astype(np.float64)
+        return weights / weights.sum()
+
+    def sample(self, batch_size: int, rng: np.random.Generator,
+               with_bootstrap_observations: bool = False) -> Batch:
+        """A batch of ``batch_size`` positions with their K-step targets."""
+        size = len(self)
+        if size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        probs = self._probabilities()
+        slots = rng.choice(self.capacity, size=batch_size, p=probs)
+        # (N * P) ** -beta, divided by the batch's largest weight: normalising by the smallest
+        # probability in the whole buffer (as in Schaul et al.) lets one near-zero priority
+        # shrink every weight, and with it the step size.
+        weights = (size * probs[slots]) ** -self.config.priority_beta
+        weights /= weights.max()
+        game_ids = self._slot_game[slots]
+        samples = [self._sample_one(self._games[int(g)], int(self._slot_step[s]), rng,
+                                    with_bootstrap_observations)
+                   for g, s in zip(game_ids, slots)]
+        columns = list(zip(*samples))
+        return Batch(
+            observations=np.stack(columns[0]), actions=np.stack(columns[1]),
+            target_value=np.stack(columns[2]), target_reward=np.stack(columns[3]),
+            target_policy=np.stack(columns[4]), value_mask=np.stack(columns[5]),
+            policy_mask=np.stack(columns[6]), weights=weights.astype(np.float32),
+            slots=slots, game_ids=game_ids, reward_sum=np.stack(columns[7]),
+            bootstrap_scale=np.stack(columns[8]),
+            bootstrap_observations=np.stack(columns[9]) if with_bootstrap_observations else None,
+        )
+
+    def _sample_one(self, stored: _StoredGame, index: int, rng: np.random.Generator,
+                    with_bootstrap_observations: bool) -> tuple:
+        game = stored.game
+        k = self.num_unroll_steps
+        num_steps = len(game)
+        actions = np.asarray(game.actions[index:index + k], dtype=np.int64)
+        if actions.shape[0] < k:
+            actions = np.concatenate(
+                [actions, rng.integers(0, self.num_actions, size=k - actions.shape[0])])
+        unrolled = targets.unroll_targets(stored.values, stored.rewards, stored.policies,
+                                          game.terminated, index, k)
+        positions = index + np.arange(k + 1)
+        inside = positions <= num_steps
+        clipped = np.minimum(positions, num_steps)
+        reward_sum = np.where(inside, stored.parts.reward_sum[clipped], 0.0)
+        scale = np.where(inside, stored.parts.bootstrap_scale[clipped], 0.0)
+        boot_obs = None
+        if with_bootstrap_observations:
+            boot_index = stored.parts.bootstrap_index[clipped]
+            boot_obs = np.stack([game.make_image(int(i)) if i >= 0 and ok else
+                                 np.zeros_like(game.make_image(0))
+                                 for i, ok in zip(boot_index, inside)])
+        return (game.make_image(index), actions, unrolled.value, unrolled.reward,
+                unrolled.policy, unrolled.value_mask, unrolled.policy_mask, reward_sum, scale,
+                boot_obs)
+
+    def update_priorities(self, slots: np.ndarray, game_ids: np.ndarray,
+                          priorities: np.ndarray) -> None:
+        """New priorities for sampled positions; slots reused by a newer game are skipped."""
+        slots = np.asarray(slots)
+        still_there = self._slot_game[slots] == np.asarray(game_ids)
+        values = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(values)):
+            raise ValueError("priorities must be finite")
+        self._priority[slots[still_there]] = values[still_there] + self.config.priority_epsilon
+
+    def priorities(self) -> np.ndarray:
+        """Priority of every slot [capacity] (0 for empty slots)."""
+        return self._priority.copy()
+
+    # ---- saving ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild the buffer: numpy arrays and plain numbers only."""
+        ids = sorted(self._games)
+        games = [self._games[i].game for i in ids]
+        final = [np.nan if g.final_value is None else g.final_value for g in games]
+        return {
+            "capacity": self.capacity, "cursor": self._cursor,
+            "next_game_id": self._next_game_id, "num_games_added": self.num_games_added,
+            "num_transitions_added": self.num_transitions_added,
+            "slot_game": self._slot_game.copy(), "slot_step": self._slot_step.copy(),
+            "priority": self._priority.copy(),
+            "game_ids": np.asarray(ids, dtype=np.int64),
+            "game_lengths": np.asarray([len(g) for g in games], dtype=np.int64),
+            "game_slots": _concat([self._games[i].slots for i in ids], np.int64),
+            "observations": _concat([np.stack(g.observations) for g in games], None),
+            "actions": _concat([np.asarray(g.actions) for g in games], np.int64),
+            "rewards": _concat([np.asarray(g.rewards) for g in games], np.float64),
+            "root_values": _concat([np.asarray(g.root_values) for g in games], np.float64),
+            "child_visits": _concat([np.asarray(g.child_visits, dtype=np.float32).reshape(
+                len(g), self.num_actions) for g in games], np.float32),
+            "to_play": _concat([np.asarray(g.to_play_history) for g in games], np.int64),
+            "legal_masks": _concat([np.stack(g.legal_masks) for g in games], np.bool_),
+            "terminated": np.asarray([g.terminated for g in games], dtype=np.bool_),
+            "truncated": np.asarray([g.truncated for g in games], dtype=np.bool_),
+            "final_value": np.asarray(final, dtype=np.float64),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], *, encoder: ObservationEncoder,
+                        num_stacked_observations: int = 1, stack_actions: bool = False,
+                        num_players: int = 1) -> None:
+        """Restores a buffer saved by :meth:`state_dict` (games are rebuilt with these
+        observation settings)."""
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"saved replay has capacity {int(state['capacity'])}, this buffer "
+                             f"{self.capacity}")
+        self._games.clear()
+        lengths = np.asarray(state["game_lengths"])
+        action_end = np.cumsum(lengths)
+        state_end = np.cumsum(lengths + 1)
+        for n, game_id in enumerate(np.asarray(state["game_ids"]).tolist()):
+            a0, a1 = action_end[n] - lengths[n], action_end[n]
+            s0, s1 = state_end[n] - lengths[n] - 1, state_end[n]
+            game = Game(self.num_actions, encoder, num_stacked_observations, stack_actions,
+                        num_players)
+            game.observations = list(np.asarray(state["observations"])[s0:s1])
+            game.actions = np.asarray(state["actions"])[a0:a1].tolist()
+            game.rewards = np.asarray(state["rewards"])[a0:a1].tolist()
+            game.root_values = np.asarray(state["root_values"])[a0:a1].tolist()
+            game.child_visits = list(np.asarray(state["child_visits"])[a0:a1])
+            game.to_play_history = np.asarray(state["to_play"])[s0:s1].tolist()
+            game.legal_masks = list(np.asarray(state["legal_masks"])[s0:s1])
+            game.terminated = bool(state["terminated"][n])
+            game.truncated = bool(state["truncated"][n])
+            final = float(state["final_value"][n])
+            game.final_value = None if np.isnan(final) else final
+            slots = np.asarray(state["game_slots"])[a0:a1]
+            self._games[game_id] = _StoredGame(game, slots, self.td_steps, self.discount)
+        self._slot_game = np.asarray(state["slot_game"], dtype=np.int64).copy()
+        self._slot_step = np.asarray(state["slot_step"], dtype=np.int64).copy()
+        self._priority = np.asarray(state["priority"], dtype=np.float64).copy()
+        self._cursor = int(state["cursor"])
+        self._next_game_id = int(state["next_game_id"])
+        self.num_games_added = int(state["num_games_added"])
+        self.num_transitions_added = int(state["num_transitions_added"])
+
+    def save(self, path: str | Path) -> None:
+        """Writes the buffer atomically (temp file + rename) as tensors for torch.load."""
+        import torch
+
+        path = Path(path)
+        tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray)
+                   else v for k, v in self.state_dict().items()}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save(tensors, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def load(self, path: str | Path, **game_settings: Any) -> None:
+        """Reads a file written by :meth:`save` (``weights_only``: no code runs on load)."""
+        import torch
+
+        state = torch.load(path, weights_only=True)
+        self.load_state_dict({k: v.numpy() if isinstance(v, torch.Tensor) else v
+                              for k, v in state.items()}, **game_settings)
+
+
+def _concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    if not parts:
+        return np.zeros(0, dtype=dtype or np.float32)
+    return np.concatenate(parts).astype(dtype or parts[0].dtype, copy=False)

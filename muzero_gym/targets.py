@@ -1,0 +1,114 @@
+"""Training targets of MuZero as pure functions over one episode's arrays.
+
+For an episode of ``T`` actions: ``rewards[T]`` (reward of action i, seen by the player who took
+it), ``to_play[T + 1]`` (player to move at each state, the final one included), ``state_values
+[T + 1]`` (the root search value of each searched state, then the value of the final state:
+0 after termination, the bootstrap value after truncation) and ``search_policies[T, A]``.
+
+The value target at state j is the reference's ``make_target``: the discounted sum of the next
+``n = td_steps`` rewards plus ``discount**n`` times the search value n steps ahead, each term
+signed for two-player games by whether its player is the one to move at j. Where the window
+passes the end of the episode:
+
+- after a *termination* the rest of the sum is 0 and states past the end are absorbing (value 0,
+  reward 0, policy masked out of the loss), as in the reference;
+- after a *truncation* (a time limit) the episode did not end, so the sum bootstraps from the
+  value of the final state (``discount**(T - j) * state_values[T]``) instead of 0; the final state
+  itself gets that value as its target, and positions further past the end are masked out of the
+  value and reward losses because nothing is known about them. The reference treats every end
+  as terminal, which teaches the model that time limits are the end of the world.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class NStepParts(NamedTuple):
+    """Value target of every state j in [0, T] as ``reward_sum[j] + bootstrap_scale[j] *
+    state_values[bootstrap_index[j]]``; ``bootstrap_index`` is -1 (and the scale 0) where the
+    target does not bootstrap. Kept apart so the bootstrap values can be recomputed
+    (target network, reanalyse) without touching the rewards."""
+
+    reward_sum: np.ndarray  # [T + 1] float64
+    bootstrap_index: np.ndarray  # [T + 1] int64
+    bootstrap_scale: np.ndarray  # [T + 1] float64
+
+
+class UnrollTargets(NamedTuple):
+    """Targets of the K + 1 positions index, ..., index + K of one sample."""
+
+    value: np.ndarray  # [K + 1]
+    reward: np.ndarray  # [K + 1]; entry 0 is the reward before ``index`` (unused by the loss)
+    policy: np.ndarray  # [K + 1, A]
+    value_mask: np.ndarray  # [K + 1] bool: value and reward targets are known
+    policy_mask: np.ndarray  # [K + 1] bool: a search happened at that position
+
+
+def n_step_parts(rewards: np.ndarray, to_play: np.ndarray, terminated: bool, td_steps: int,
+                 discount: float) -> NStepParts:
+    """The parts of the n-step value target of every state of an episode (see module doc)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    to_play = np.asarray(to_play)
+    num_steps = rewards.shape[0]
+    if to_play.shape[0] != num_steps + 1:
+        raise ValueError(f"to_play has {to_play.shape[0]} entries, expected {num_steps + 1} "
+                         "(one per state, the final state included)")
+    if td_steps < 1:
+        raise ValueError(f"td_steps = {td_steps}: must be >= 1")
+    states = np.arange(num_steps + 1)
+    reward_sum = np.zeros(num_steps + 1)
+    for k in range(min(td_steps, num_steps)):
+        later = states + k
+        valid = later < num_steps
+        j, i = states[valid], later[valid]
+        sign = np.where(to_play[i] == to_play[j], 1.0, -1.0)
+        reward_sum[valid] += discount ** k * sign * rewards[i]
+    ahead = states + td_steps
+    inside = ahead < num_steps
+    bootstrap_index = np.where(inside, ahead, -1 if terminated else num_steps)
+    scale = np.where(inside, discount ** td_steps, discount ** (num_steps - states))
+    sign = np.where(to_play[np.maximum(bootstrap_index, 0)] == to_play, 1.0, -1.0)
+    scale = np.where(bootstrap_index >= 0, scale * sign, 0.0)
+    return NStepParts(reward_sum, bootstrap_index.astype(np.int64), scale)
+
+
+def n_step_values(parts: NStepParts, state_values: np.ndarray) -> np.ndarray:
+    """Value targets [T + 1] from the parts and the values of states [T + 1]."""
+    state_values = np.asarray(state_values, dtype=np.float64)
+    boot = state_values[np.maximum(parts.bootstrap_index, 0)]
+    return parts.reward_sum + parts.bootstrap_scale * boot
+
+
+def unroll_targets(values: np.ndarray, rewards: np.ndarray, search_policies: np.ndarray,
+                   terminated: bool, index: int, num_unroll_steps: int) -> UnrollTargets:
+    """Targets of positions ``index .. index + K`` given the episode's value targets [T + 1].
+
+    Reward targets follow the reference's ``last_reward``: position p learns the reward of the
+    action that led to it (``rewards[p - 1]``), 0 at p = 0 and past a termination.
+    """
+    num_steps = rewards.shape[0]
+    num_actions = search_policies.shape[1]
+    positions = index + np.arange(num_unroll_steps + 1)
+    in_episode = positions <= num_steps
+    value = np.where(in_episode, values[np.minimum(positions, num_steps)], 0.0)
+    has_reward = (positions > 0) & in_episode
+    reward = np.where(has_reward, np.asarray(rewards, dtype=np.float64)[
+        np.clip(positions - 1, 0, max(num_steps - 1, 0))] if num_steps else 0.0, 0.0)
+    searched = positions < num_steps
+    policy = np.zeros((num_unroll_steps + 1, num_actions))
+    policy[searched] = search_policies[positions[searched]]
+    value_mask = in_episode | terminated
+    return UnrollTargets(value, reward, policy, value_mask, searched)
+
+
+def make_target(rewards: np.ndarray, to_play: np.ndarray, state_values: np.ndarray,
+                search_policies: np.ndarray, terminated: bool, index: int, num_unroll_steps: int,
+                td_steps: int, discount: float) -> UnrollTargets:
+    """All targets of one sample, as the reference's ``Game.make_target``."""
+    parts = n_step_parts(rewards, to_play, terminated, td_steps, discount)
+    values = n_step_values(parts, state_values)
+    return unroll_targets(values, np.asarray(rewards), np.asarray(search_policies), terminated,
+                          index, num_unroll_steps)

@@ -1,0 +1,111 @@
+"""Learner: loss goes down on a fixed batch, LR schedule, target network, priorities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from muzero_gym.config import ModelConfig, ReplayConfig, TrainConfig
+from muzero_gym.game import Game, ObservationEncoder
+from muzero_gym.learner import Learner, learning_rate
+from muzero_gym.networks import build_network
+from muzero_gym.replay import ReplayBuffer
+
+ENCODER = ObservationEncoder(spaces.Box(-5, 5, (3,)))
+
+
+def filled_replay(seed=0):
+    rng = np.random.default_rng(seed)
+    replay = ReplayBuffer(ReplayConfig(capacity=500), num_actions=2, num_unroll_steps=3,
+                          td_steps=3, discount=0.9)
+    for _ in range(6):
+        game = Game(2, ENCODER)
+        game.start(rng.normal(size=3))
+        length = int(rng.integers(5, 15))
+        for i in range(length):
+            game.store_search_statistics(float(rng.normal()), rng.dirichlet([1, 1]))
+            game.record_step(int(rng.integers(2)), float(rng.integers(0, 2)),
+                             rng.normal(size=3), i == length - 1, False)
+        replay.add_game(game)
+    return replay
+
+
+def make_learner(**train):
+    torch.manual_seed(0)
+    net = build_network(ModelConfig(hidden_size=16, layer_size=32, value_support_size=5,
+                                    reward_support_size=2), (3,), 2)
+    defaults = dict(optimizer="adam", lr_init=1e-2, target_update_interval=2)
+    defaults.update(train)
+    return Learner(net, TrainConfig(**defaults))
+
+
+def test_one_learner_step_lowers_the_loss_on_a_fixed_batch():
+    learner = make_learner()
+    batch = filled_replay().sample(64, np.random.default_rng(0))
+    before, _, _ = learner.compute_loss(batch)
+    metrics = learner.train_step(batch)
+    after, _, _ = learner.compute_loss(batch)
+    assert metrics["total"] == pytest.approx(before.item(), rel=1e-5)
+    assert after.item() < before.item()
+    assert metrics["priorities"].shape == (64,)
+    assert {"value", "reward", "policy", "lr", "grad_norm"} <= metrics.keys()
+
+
+def test_sgd_training_lowers_the_loss_over_steps():
+    learner = make_learner(optimizer="sgd", lr_init=0.05)
+    batch = filled_replay(1).sample(64, np.random.default_rng(1))
+    first = learner.compute_loss(batch)[0].item()
+    for _ in range(20):
+        learner.train_step(batch)
+    assert learner.compute_loss(batch)[0].item() < 0.8 * first
+
+
+def test_learning_rate_schedule_matches_the_reference_with_warmup():
+    config = TrainConfig(lr_init=0.05, lr_decay_rate=0.1, lr_decay_steps=350e3)
+    assert learning_rate(config, 0) == pytest.approx(0.05)
+    assert learning_rate(config, 350_000) == pytest.approx(0.005)
+    assert learning_rate(config, 700_000) == pytest.approx(0.0005)
+    warm = TrainConfig(lr_init=0.1, lr_warmup_steps=10, lr_decay_steps=1e9)
+    assert learning_rate(warm, 0) == pytest.approx(0.01)
+    assert learning_rate(warm, 9) == pytest.approx(0.1)
+
+
+def test_target_network_is_refreshed_every_n_steps():
+    learner = make_learner(target_update_interval=2)
+    batch = filled_replay().sample(16, np.random.default_rng(0))
+    start = [p.clone() for p in learner.target_network.parameters()]
+    learner.train_step(batch)
+    assert all(torch.equal(a, b) for a, b in zip(start, learner.target_network.parameters()))
+    learner.train_step(batch)
+    for a, b in zip(learner.network.parameters(), learner.target_network.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_bootstrap_from_the_target_network():
+    learner = make_learner(bootstrap_source="target_network")
+    replay = filled_replay()
+    batch = replay.sample(32, np.random.default_rng(0), with_bootstrap_observations=True)
+    values = learner.value_targets(batch)
+    # A fresh network predicts 0 everywhere, so only the reward part remains.
+    torch.testing.assert_close(values, torch.as_tensor(batch.reward_sum, dtype=torch.float32),
+                               atol=1e-4, rtol=0)
+    metrics = learner.train_step(batch)
+    assert np.isfinite(metrics["total"])
+    with pytest.raises(ValueError, match="with_bootstrap_observations"):
+        learner.value_targets(replay.sample(4, np.random.default_rng(0)))
+
+
+def test_state_dict_round_trip(tmp_path):
+    learner = make_learner()
+    batch = filled_replay().sample(16, np.random.default_rng(0))
+    learner.train_step(batch)
+    path = tmp_path / "learner.pt"
+    torch.save(learner.state_dict(), path)
+    other = make_learner()
+    other.load_state_dict(torch.load(path, weights_only=True))
+    assert other.training_step == 1
+    a = learner.train_step(batch)
+    b = other.train_step(batch)
+    assert a["total"] == pytest.approx(b["total"], rel=1e-6)

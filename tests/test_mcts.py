@@ -1,0 +1,227 @@
+"""Batched MCTS: hand-checkable bandits, batch independence, agreement with the reference port."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reference_mcts import reference_search
+
+from muzero_gym.mcts import BatchedMCTS, SearchSettings, considered_visit_table, select_actions
+
+
+class PathModel:
+    """Deterministic random model outputs keyed by the action path from the root, so two
+    searches that expand the same nodes see the same outputs whatever their node numbering."""
+
+    def __init__(self, num_actions: int, seed: int, reward_scale: float = 1.0):
+        self.num_actions = num_actions
+        self.seed = seed
+        self.reward_scale = reward_scale
+        self.cache: dict[tuple, tuple] = {}
+
+    def output(self, path: tuple) -> tuple[float, float, np.ndarray]:
+        if path not in self.cache:
+            rng = np.random.default_rng([self.seed, len(path), *path])
+            self.cache[path] = (float(rng.normal() * self.reward_scale), float(rng.normal()),
+                                rng.normal(size=self.num_actions) * 2.0)
+        return self.cache[path]
+
+
+class BatchedPathCallback:
+    """recurrent_fn for BatchedMCTS over one PathModel per row."""
+
+    def __init__(self, models: list[PathModel], num_nodes: int):
+        self.models = models
+        self.paths = [[()] + [None] * (num_nodes - 1) for _ in models]
+
+    def __call__(self, parent, action, node_index):
+        outs = []
+        for b, model in enumerate(self.models):
+            path = self.paths[b][parent[b]] + (int(action[b]),)
+            self.paths[b][node_index] = path
+            outs.append(model.output(path))
+        rewards, values, logits = zip(*outs)
+        return np.array(rewards), np.array(values), np.stack(logits)
+
+
+def run_batched(settings, models, root_values, root_logits, legal=None, to_play=None):
+    search = BatchedMCTS(settings, models[0].num_actions)
+    callback = BatchedPathCallback(models, settings.num_simulations + 1)
+    return search.run(np.array(root_values), np.stack(root_logits), callback, legal, to_play,
+                      add_noise=False)
+
+
+@pytest.mark.parametrize("num_players", [1, 2])
+@pytest.mark.parametrize("discount", [1.0, 0.9])
+@pytest.mark.parametrize("known_bounds", [None, (-3.0, 3.0)])
+@pytest.mark.parametrize("exploration_constant", [1.0, 0.0])
+def test_visit_counts_equal_the_reference_port(num_players, discount, known_bounds,
+                                               exploration_constant):
+    settings = SearchSettings(num_simulations=40, discount=discount, num_players=num_players,
+                              known_bounds=known_bounds,
+                              exploration_constant=exploration_constant)
+    num_actions, batch = 5, 6
+    models = [PathModel(num_actions, seed=100 * b + 7) for b in range(batch)]
+    rng = np.random.default_rng(3)
+    legal = rng.random((batch, num_actions)) < 0.7
+    legal[:, 0] = True
+    to_play = rng.integers(0, num_players, size=batch)
+    root_values = [m.output(())[1] for m in models]
+    root_logits = [m.output(())[2] for m in models]
+    result = run_batched(settings, models, root_values, root_logits, legal, to_play)
+    for b, model in enumerate(models):
+        counts, value = reference_search(
+            settings, root_values[b], root_logits[b],
+            lambda path, a, i, model=model: model.output(path + (a,)),
+            legal=legal[b], to_play=int(to_play[b]))
+        np.testing.assert_array_equal(result.visit_counts[b], counts, err_msg=f"row {b}")
+        assert result.root_value[b] == pytest.approx(value, rel=1e-12, abs=1e-12)
+
+
+def bandit_fn(arm_rewards):
+    """One-step bandit: reward of the arm taken at the root, nothing afterwards."""
+    arm_rewards = np.asarray(arm_rewards, dtype=float)
+
+    def recurrent_fn(parent, action, node_index):
+        batch = parent.shape[0]
+        reward = np.where(parent == 0, arm_rewards.reshape(batch, -1)[np.arange(batch), action],
+                          0.0)
+        return reward, np.zeros(batch), np.zeros((batch, arm_rewards.shape[-1]))
+
+    return recurrent_fn
+
+
+def test_bandit_search_prefers_the_best_arm():
+    settings = SearchSettings(num_simulations=100, discount=1.0, exploration_constant=0.0)
+    search = BatchedMCTS(settings, 4)
+    arms = np.array([[0.1, 0.9, 0.3, 0.5]])
+    result = search.run(np.zeros(1), np.zeros((1, 4)), bandit_fn(arms), add_noise=False)
+    assert result.visit_counts.sum() == 100
+    assert result.visit_counts[0].argmax() == 1
+    assert result.visit_counts[0, 1] > 50
+    assert result.qvalues[0, 1] == pytest.approx(0.9)
+    np.testing.assert_allclose(result.search_policy.sum(axis=1), 1.0)
+
+
+def test_first_simulation_breaks_ties_towards_the_largest_action():
+    settings = SearchSettings(num_simulations=1, exploration_constant=0.0)
+    result = BatchedMCTS(settings, 3).run(np.zeros(1), np.zeros((1, 3)), bandit_fn([[0, 0, 0]]),
+                                          add_noise=False)
+    np.testing.assert_array_equal(result.visit_counts, [[0, 0, 1]])
+
+
+def test_rows_are_independent_and_respect_their_masks():
+    settings = SearchSettings(num_simulations=30, discount=1.0)
+    arms = np.array([[0.1, 0.9, 0.3, 0.5], [0.8, 0.1, 0.1, 0.1], [0.2, 0.2, 0.2, 0.9]])
+    masks = np.array([[True, False, True, True], [True, True, True, True],
+                      [False, False, True, False]])
+    logits = np.random.default_rng(0).normal(size=(3, 4))
+    together = BatchedMCTS(settings, 4).run(np.zeros(3), logits, bandit_fn(arms), masks,
+                                            add_noise=False)
+    for b in range(3):
+        alone = BatchedMCTS(settings, 4).run(np.zeros(1), logits[b:b + 1],
+                                             bandit_fn(arms[b:b + 1]), masks[b:b + 1],
+                                             add_noise=False)
+        np.testing.assert_array_equal(together.visit_counts[b], alone.visit_counts[0])
+        assert together.root_value[b] == alone.root_value[0]
+    assert (together.visit_counts[~masks] == 0).all()
+    np.testing.assert_array_equal(together.visit_counts[2], [0, 0, 30, 0])
+
+
+def test_noise_is_deterministic_under_a_seed():
+    settings = SearchSettings(num_simulations=25, dirichlet_alpha=0.3)
+    model = PathModel(6, seed=1)
+    root_logits = np.stack([model.output(())[2]] * 4)
+
+    def run(seed):
+        callback = BatchedPathCallback([model] * 4, 26)
+        return BatchedMCTS(settings, 6).run(np.zeros(4), root_logits, callback,
+                                            rng=np.random.default_rng(seed)).visit_counts
+
+    np.testing.assert_array_equal(run(5), run(5))
+    assert not np.array_equal(run(5), run(6))
+
+
+def test_two_player_search_backs_up_values_with_alternating_signs():
+    # Player 0 picks an arm at the root (reward 0); player 1 then moves and receives c[arm].
+    # Whatever player 1 gains, player 0 loses: Q(arm) for player 0 must be negative where c > 0
+    # and the search must prefer the arm that gives player 1 the least.
+    settings = SearchSettings(num_simulations=200, discount=1.0, num_players=2,
+                              exploration_constant=0.0)
+    c = np.array([0.5, -0.4, 0.9])
+    depth = {0: 0}
+
+    def recurrent_fn(parent, action, node_index):
+        depth[node_index] = depth[int(parent[0])] + 1
+        arm = action[0] if depth[node_index] == 1 else None
+        if depth[node_index] == 2:
+            path_arm = arm_of[int(parent[0])]
+            reward = np.array([c[path_arm]])
+        else:
+            reward = np.zeros(1)
+        if arm is not None:
+            arm_of[node_index] = int(arm)
+        return reward, np.zeros(1), np.zeros((1, 3))
+
+    arm_of: dict[int, int] = {}
+    result = BatchedMCTS(settings, 3).run(np.zeros(1), np.zeros((1, 3)), recurrent_fn,
+                                          add_noise=False)
+    assert result.visit_counts[0].argmax() == 1
+    visited = result.visit_counts[0] > 1
+    np.testing.assert_array_equal(np.sign(result.qvalues[0, visited]), -np.sign(c[visited]))
+
+
+def test_gumbel_root_selection_finds_the_best_arm_and_returns_an_improved_policy():
+    settings = SearchSettings(num_simulations=16, discount=1.0, root_selection="gumbel",
+                              gumbel_num_considered=4)
+    arms = np.array([[0.1, 0.9, 0.3, 0.5, 0.0, 0.2]])
+    legal = np.array([[True, True, True, True, False, True]])
+    result = BatchedMCTS(settings, 6).run(np.zeros(1), np.zeros((1, 6)), bandit_fn(arms), legal,
+                                          rng=np.random.default_rng(0), add_noise=False)
+    assert result.gumbel_action[0] == 1
+    assert result.visit_counts[0, 4] == 0
+    assert result.visit_counts.sum() == 16
+    np.testing.assert_allclose(result.search_policy.sum(), 1.0)
+    assert result.search_policy[0, 4] == 0.0
+    assert result.search_policy[0].argmax() == 1
+
+
+def test_gumbel_with_noise_visits_only_considered_actions():
+    settings = SearchSettings(num_simulations=12, root_selection="gumbel",
+                              gumbel_num_considered=2)
+    arms = np.random.default_rng(1).random((8, 10))
+    result = BatchedMCTS(settings, 10).run(np.zeros(8), np.zeros((8, 10)), bandit_fn(arms),
+                                           rng=np.random.default_rng(2))
+    assert ((result.visit_counts > 0).sum(axis=1) == 2).all()
+    np.testing.assert_array_equal(result.visit_counts.max(axis=1), 6)
+
+
+def test_sequential_halving_schedule():
+    table = considered_visit_table(4, 16)
+    # 4 actions: two rounds; first 4 actions x 2 visits, then the best 2 share the rest.
+    assert table[4].tolist()[:8] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert table[1].tolist() == list(range(16))
+    assert table[4].shape == (16,)
+
+
+def test_select_actions_with_temperature():
+    rng = np.random.default_rng(0)
+    counts = np.array([[1, 5, 2, 0], [3, 3, 0, 0]])
+    np.testing.assert_array_equal(select_actions(counts, 0.0, rng), [1, 0])
+    draws = np.stack([select_actions(counts, 1.0, rng) for _ in range(4000)])
+    freq = np.bincount(draws[:, 0], minlength=4) / 4000
+    np.testing.assert_allclose(freq, [1 / 8, 5 / 8, 2 / 8, 0], atol=0.03)
+    draws = np.stack([select_actions(counts, 0.5, rng) for _ in range(4000)])
+    freq = np.bincount(draws[:, 0], minlength=4) / 4000
+    np.testing.assert_allclose(freq, np.array([1, 25, 4, 0]) / 30, atol=0.03)
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(ValueError, match="num_simulations"):
+        SearchSettings(num_simulations=-1)
+    search = BatchedMCTS(SearchSettings(num_simulations=2), 3)
+    with pytest.raises(ValueError, match="no legal action"):
+        search.run(np.zeros(2), np.zeros((2, 3)), bandit_fn([[0, 0, 0], [0, 0, 0]]),
+                   np.array([[True, False, False], [False, False, False]]))
+    with pytest.raises(ValueError, match="root_logits"):
+        search.run(np.zeros(2), np.zeros((2, 4)), bandit_fn([[0, 0, 0], [0, 0, 0]]))

@@ -1,0 +1,95 @@
+"""Value transform, supports, network shapes and hidden-state scaling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from muzero_gym.config import ModelConfig
+from muzero_gym.inference import plan
+from muzero_gym.mcts import BatchedMCTS, SearchSettings
+from muzero_gym.networks import MLPNetwork, ResNetNetwork, build_network, scale_gradient
+from muzero_gym.support import h, h_inverse, scalar_to_support, support_to_scalar
+
+VALUES = torch.tensor([-12345.0, -300.0, -3.7, -1.0, 0.0, 0.3, 1.0, 42.0, 9999.0],
+                      dtype=torch.float64)
+
+
+def test_h_matches_its_formula_and_inverts_exactly():
+    expected = torch.sign(VALUES) * (torch.sqrt(VALUES.abs() + 1) - 1) + 0.001 * VALUES
+    torch.testing.assert_close(h(VALUES), expected)
+    torch.testing.assert_close(h_inverse(h(VALUES)), VALUES, rtol=1e-12, atol=1e-9)
+    assert h(torch.tensor(3.0)).item() == pytest.approx(1.003)
+
+
+def test_support_projection_is_two_hot_and_round_trips():
+    support = scalar_to_support(torch.tensor([0.3, -2.5]), 5)
+    y = h(torch.tensor([0.3, -2.5]))
+    grid = torch.arange(-5, 6, dtype=torch.float32)
+    torch.testing.assert_close(support.sum(-1), torch.ones(2))
+    torch.testing.assert_close((support * grid).sum(-1), y)  # the mean is h(x) exactly
+    assert ((support > 0).sum(-1) <= 2).all()
+    logits = torch.log(scalar_to_support(VALUES, 300) + 1e-300)
+    torch.testing.assert_close(support_to_scalar(logits, 300), VALUES, rtol=1e-9, atol=1e-6)
+
+
+def test_support_clips_values_beyond_its_range():
+    support = scalar_to_support(torch.tensor([1e6, -1e6]), 3)
+    assert support[0, -1] == 1 and support[1, 0] == 1
+
+
+def test_mlp_shapes_and_hidden_scaling():
+    net = build_network(ModelConfig(hidden_size=8, layer_size=16, value_support_size=5,
+                                    reward_support_size=3), (4,), 2)
+    assert isinstance(net, MLPNetwork)
+    out = net.initial_inference(torch.randn(3, 4))
+    assert out.value_logits.shape == (3, 11) and out.policy_logits.shape == (3, 2)
+    assert out.hidden.min() >= 0 and out.hidden.max() <= 1
+    torch.testing.assert_close(net.reward_scalar(out.reward_logits), torch.zeros(3))
+    nxt = net.recurrent_inference(out.hidden, torch.tensor([0, 1, 1]))
+    assert nxt.reward_logits.shape == (3, 7) and nxt.hidden.shape == (3, 8)
+    assert nxt.hidden.amin(1).eq(0).all() and nxt.hidden.amax(1).gt(0.99).all()
+
+
+@pytest.mark.parametrize("kind", ["resnet_small", "resnet"])
+def test_resnet_downsamples_96_to_6(kind):
+    config = ModelConfig(kind=kind, num_channels=16, num_blocks=1, value_support_size=4,
+                         reward_support_size=4)
+    net = build_network(config, (4, 96, 96), 6, image_input=True)
+    assert isinstance(net, ResNetNetwork)
+    obs = torch.randint(0, 255, (2, 4, 96, 96), dtype=torch.uint8)
+    out = net.initial_inference(obs)
+    assert out.hidden.shape[2:] == (6, 6)
+    assert out.hidden.shape[1] == (64 if kind == "resnet_small" else 16)
+    nxt = net.recurrent_inference(out.hidden, torch.tensor([1, 5]))
+    assert nxt.hidden.shape == out.hidden.shape and nxt.policy_logits.shape == (2, 6)
+
+
+def test_small_resnet_size_is_efficientzero_scale():
+    net = build_network(ModelConfig(kind="resnet_small", value_support_size=300,
+                                    reward_support_size=300), (4, 96, 96), 18, image_input=True)
+    params = sum(p.numel() for p in net.parameters())
+    assert 0.3e6 < params < 1.0e6
+
+
+def test_image_model_on_vector_observations_is_an_error():
+    with pytest.raises(ValueError, match="needs image observations"):
+        build_network(ModelConfig(kind="resnet"), (4,), 2)
+
+
+def test_scale_gradient_halves_the_gradient():
+    x = torch.ones(3, requires_grad=True)
+    (scale_gradient(x, 0.5) * 2).sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(3))
+
+
+def test_plan_runs_a_batched_search_with_a_real_model():
+    net = build_network(ModelConfig(hidden_size=8, layer_size=16), (4,), 3)
+    search = BatchedMCTS(SearchSettings(num_simulations=10), 3)
+    legal = np.array([[True, True, False], [True, True, True]])
+    result = plan(net, search, np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32),
+                  legal, rng=np.random.default_rng(0))
+    assert result.visit_counts.sum(axis=1).tolist() == [10, 10]
+    assert result.visit_counts[0, 2] == 0
+    assert net.training  # plan restores the mode it found

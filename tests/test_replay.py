@@ -1,0 +1,129 @@
+"""Replay: bounded by transitions, prioritized sampling, IS weights, save/load round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from muzero_gym.config import ReplayConfig
+from muzero_gym.game import Game, ObservationEncoder
+from muzero_gym.replay import ReplayBuffer
+
+ENCODER = ObservationEncoder(spaces.Box(-100, 100, (2,)))
+
+
+def make_game(length, value=0.0, terminated=True, start=0.0):
+    game = Game(3, ENCODER)
+    game.start(np.array([start, 0.0]))
+    for i in range(length):
+        game.store_search_statistics(value, [0.2, 0.3, 0.5])
+        game.record_step(i % 3, 1.0, np.array([start + i + 1, 0.0]), terminated and
+                         i == length - 1, not terminated and i == length - 1)
+    return game
+
+
+def buffer(capacity=100, **kwargs):
+    return ReplayBuffer(ReplayConfig(capacity=capacity, **kwargs), num_actions=3,
+                        num_unroll_steps=2, td_steps=2, discount=1.0)
+
+
+def test_capacity_counts_transitions_and_evicts_whole_oldest_games():
+    replay = buffer(capacity=10)
+    replay.add_game(make_game(4, start=0))
+    replay.add_game(make_game(4, start=100))
+    assert len(replay) == 8 and replay.num_games == 2
+    replay.add_game(make_game(3, start=200))  # needs 2 slots of the first game: it leaves
+    assert replay.num_games == 2 and len(replay) == 7
+    assert [g.observations[0][0] for g in replay.games()] == [100, 200]
+    with pytest.raises(ValueError, match="does not fit"):
+        replay.add_game(make_game(11))
+
+
+def test_initial_priorities_are_search_value_errors():
+    replay = buffer()
+    replay.add_game(make_game(3, value=0.5))
+    # targets with td 2, discount 1, reward 1 per step: 1 + 1 + 0.5, 1 + 1, 1
+    expected = np.abs(0.5 - np.array([2.5, 2.0, 1.0])) + 1e-6
+    np.testing.assert_allclose(replay.priorities()[:3], expected)
+
+
+def test_prioritized_sampling_follows_priorities_and_weights_correct_for_it():
+    replay = buffer(capacity=4, priority_alpha=1.0, priority_beta=1.0)
+    game_id = replay.add_game(make_game(4), priorities=np.array([1.0, 1.0, 2.0, 4.0]))
+    rng = np.random.default_rng(0)
+    batch = replay.sample(20000, rng)
+    freq = np.bincount(batch.slots, minlength=4) / 20000
+    np.testing.assert_allclose(freq, np.array([1, 1, 2, 4]) / 8, atol=0.01)
+    # w = (N P)^-beta / max w: positions with P = 1/8 get 1, P = 1/2 gets 1/4
+    weight_of = {int(s): float(w) for s, w in zip(batch.slots, batch.weights)}
+    assert weight_of[0] == pytest.approx(1.0) and weight_of[3] == pytest.approx(0.25)
+    assert (batch.game_ids == game_id).all()
+
+
+def test_alpha_zero_and_uniform_mode_sample_uniformly():
+    for replay in (buffer(capacity=4, priority_alpha=0.0), buffer(capacity=4, prioritized=False)):
+        replay.add_game(make_game(4), priorities=np.array([1.0, 1.0, 2.0, 40.0]))
+        batch = replay.sample(8000, np.random.default_rng(1))
+        freq = np.bincount(batch.slots, minlength=4) / 8000
+        np.testing.assert_allclose(freq, 0.25, atol=0.02)
+        np.testing.assert_allclose(batch.weights, 1.0)
+
+
+def test_update_priorities_changes_sampling_and_skips_reused_slots():
+    replay = buffer(capacity=4)
+    first = replay.add_game(make_game(4), priorities=np.ones(4))
+    replay.update_priorities(np.array([0, 1]), np.array([first, first]), np.array([9.0, 0.0]))
+    np.testing.assert_allclose(replay.priorities(), [9 + 1e-6, 1e-6, 1 + 1e-6, 1 + 1e-6])
+    replay.add_game(make_game(4, start=50), priorities=np.ones(4))
+    replay.update_priorities(np.array([0]), np.array([first]), np.array([123.0]))
+    assert replay.priorities()[0] == pytest.approx(1.0)
+
+
+def test_sampled_batch_has_unroll_targets_and_random_actions_past_the_end():
+    replay = buffer(capacity=3)
+    replay.add_game(make_game(3, value=0.0))
+    batch = replay.sample(64, np.random.default_rng(0), with_bootstrap_observations=True)
+    assert batch.observations.shape == (64, 2) and batch.actions.shape == (64, 2)
+    assert batch.target_policy.shape == (64, 3, 3)
+    last = batch.slots == 2  # position 2: one real action, then one random
+    assert last.any()
+    np.testing.assert_array_equal(batch.actions[last, 0], 2)
+    np.testing.assert_allclose(batch.target_value[last], [[1.0, 0.0, 0.0]] * last.sum())
+    np.testing.assert_array_equal(batch.policy_mask[last], [[True, False, False]] * last.sum())
+    np.testing.assert_allclose(batch.reward_sum + batch.bootstrap_scale * 0.0,
+                               batch.target_value)
+    assert batch.bootstrap_observations.shape == (64, 3, 2)
+
+
+def test_save_and_load_round_trip_keeps_games_and_priorities(tmp_path):
+    replay = buffer(capacity=12)
+    replay.add_game(make_game(5, value=0.3, start=0))
+    truncated = make_game(4, value=-0.2, terminated=False, start=10)
+    truncated.set_final_value(2.5)
+    replay.add_game(truncated)
+    replay.update_priorities(np.array([1, 6]), np.array([0, 1]), np.array([3.0, 0.7]))
+    path = tmp_path / "replay.pt"
+    replay.save(path)
+    restored = buffer(capacity=12)
+    restored.load(path, encoder=ENCODER)
+    np.testing.assert_array_equal(restored.priorities(), replay.priorities())
+    assert restored.num_games == 2 and len(restored) == 9
+    assert restored.games()[1].final_value == 2.5 and restored.games()[1].truncated
+    a = replay.sample(32, np.random.default_rng(7))
+    b = restored.sample(32, np.random.default_rng(7))
+    for name in ("observations", "actions", "target_value", "target_reward", "target_policy",
+                 "weights", "slots"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    restored.add_game(make_game(4, start=20))  # keeps its ring position
+    assert restored.num_games == 2
+
+
+def test_unfinished_games_and_empty_buffers_are_errors():
+    replay = buffer()
+    game = Game(3, ENCODER)
+    game.start(np.zeros(2))
+    with pytest.raises(ValueError, match="only finished games"):
+        replay.add_game(game)
+    with pytest.raises(ValueError, match="empty replay"):
+        replay.sample(4, np.random.default_rng(0))
