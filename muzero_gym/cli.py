@@ -1,109 +1,165 @@
-"""The ``muzero-gym`` command line: list presets, show a resolved config, check a preset end to end.
+"""The ``muzero-gym`` command line: train, evaluate, list presets, show a resolved config.
 
 Examples::
 
+    muzero-gym train cartpole                       # a shipped preset
+    muzero-gym train Acrobot-v1 --env-steps 50000   # any Gymnasium id, defaults from its spaces
+    muzero-gym train my_config.toml --set search.num_simulations=25 --seed 3
+    muzero-gym train --resume runs/CartPole-v1__cartpole__0__1764400000
+    muzero-gym eval runs/CartPole-v1__cartpole__0__1764400000 --episodes 20
     muzero-gym presets
-    muzero-gym config cartpole --set search.num_simulations=25
-    muzero-gym check cartpole
+    muzero-gym config cartpole --set train.lr_init=0.001
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from muzero_gym.config import ConfigError, list_presets, load_config
+from muzero_gym.config import Config, ConfigError, list_presets, load_config
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="muzero-gym", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="MuZero for Gymnasium environments with discrete actions.",
-        epilog=__doc__.split("Examples::", 1)[1])
+        epilog="examples:" + __doc__.split("Examples::", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train an agent (or resume a run)",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="examples:" + __doc__.split("Examples::", 1)[1])
+    train.add_argument("target", nargs="?",
+                       help="preset name, path to a .toml config, or a Gymnasium env id")
+    _add_overrides(train)
+    train.add_argument("--seed", type=int, help="sets train.seed")
+    train.add_argument("--env-steps", type=int, help="total env steps of the run (train.env_steps)")
+    train.add_argument("--logdir", help="folder of run folders (log.logdir, default runs/)")
+    train.add_argument("--run-name", help="run folder name (log.run_name)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    train.add_argument("--no-progress", action="store_true", help="no progress line")
+
+    evaluate = sub.add_parser("eval", help="evaluate a trained agent greedily")
+    evaluate.add_argument("checkpoint", help="a run folder or a checkpoint file")
+    evaluate.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    evaluate.add_argument("--render", action="store_true", help="show the env while playing")
+    evaluate.add_argument("--seed", type=int, help="seed of the evaluation envs")
+
     sub.add_parser("presets", help="list the shipped presets")
-    for name, text in (("config", "print the resolved config as TOML"),
-                       ("check", "play one searched episode, store it, run a few learner steps")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("preset", help="preset name or path to a .toml file")
-        p.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
-        if name == "check":
-            p.add_argument("--max-steps", type=int, default=200,
-                           help="cap on the episode length (default 200)")
-            p.add_argument("--learner-steps", type=int, default=20,
-                           help="learner steps on the stored episode (default 20)")
+    config = sub.add_parser("config", help="print the resolved config as TOML")
+    config.add_argument("target", help="preset name, path to a .toml config, or a Gymnasium id")
+    _add_overrides(config)
     return parser
 
 
-def _check(config, max_steps: int, learner_steps: int) -> None:
-    """One episode with search on the preset's env, then learner steps on it."""
-    import torch
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
 
-    from muzero_gym.environment import make_env
-    from muzero_gym.game import Game
-    from muzero_gym.inference import plan
-    from muzero_gym.learner import Learner
-    from muzero_gym.mcts import BatchedMCTS, SearchSettings, select_actions
-    from muzero_gym.networks import build_network
-    from muzero_gym.replay import ReplayBuffer
 
-    env = make_env(config.env)
-    game = Game.for_env(env, config.env.num_stacked_observations, config.env.stack_actions,
-                        config.env.num_players)
-    rng = np.random.default_rng(config.train.seed)
-    torch.manual_seed(config.train.seed)
-    game.reset(seed=config.train.seed)
-    network = build_network(config.model, game.make_image().shape, game.num_actions,
-                            image_input=game.encoder.is_image)
-    search = BatchedMCTS(SearchSettings.from_config(config), game.num_actions)
-    start = time.perf_counter()
-    while not game.done and len(game) < max_steps:
-        result = plan(network, search, game.make_image()[None],
-                      game.legal_action_mask()[None], np.array([game.to_play()]), rng)
-        game.store_search_statistics(result.root_value[0], result.search_policy[0])
-        temperature = config.search.temperature(0, len(game))
-        game.apply(int(select_actions(result.visit_counts, temperature, rng)[0]))
-    if not game.done:
-        game.truncated = True
-    elapsed = time.perf_counter() - start
-    print(f"episode: {len(game)} steps, return {sum(game.rewards):.1f}, "
-          f"{len(game) / elapsed:.0f} searched steps/s")
-    replay = ReplayBuffer(config.replay, num_actions=game.num_actions,
-                          num_unroll_steps=config.train.num_unroll_steps,
-                          td_steps=config.train.td_steps, discount=config.train.discount)
-    replay.add_game(game)
-    learner = Learner(network, config.train)
-    losses = []
-    for _ in range(learner_steps):
-        batch = replay.sample(min(config.train.batch_size, 64), rng,
-                              config.train.bootstrap_source == "target_network")
-        metrics = learner.train_step(batch)
-        replay.update_priorities(batch.slots, batch.game_ids, metrics["priorities"])
-        losses.append(metrics["total"])
-    print(f"learner: {learner_steps} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+def resolve_config(target: str, overrides: Sequence[str] = ()) -> Config:
+    """A preset, a TOML file, or (for any other name) a registered Gymnasium env id with
+    defaults chosen from its spaces: the cartpole preset's MLP settings for vector
+    observations, a small residual network over 4 stacked frames for images."""
+    if target in list_presets() or target.endswith(".toml"):
+        return load_config(target, overrides)
+    from muzero_gym.environment import EnvError, make_env
+    from muzero_gym.game import ObservationEncoder
+
+    base = load_config("cartpole").replace([f"env.id={target}"])
+    try:
+        env = make_env(base.env)
+    except EnvError as e:
+        raise EnvError(f"{target!r} is neither a preset ({', '.join(list_presets())}), a .toml "
+                       f"file, nor a usable Gymnasium env: {e}") from None
+    is_image = ObservationEncoder(env.observation_space).is_image
     env.close()
+    if is_image:
+        base = base.replace(["model.kind=resnet_small", "env.num_stacked_observations=4",
+                             "model.value_support_size=300", "model.reward_support_size=300"])
+    return dataclasses.replace(base.replace(overrides), preset="auto")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from muzero_gym.agents.muzero import MuZeroAgent
+    from muzero_gym.checkpoint import CHECKPOINT_NAME
+    from muzero_gym.run_log import default_run_name
+
+    settings = list(args.overrides)
+    if args.seed is not None:
+        settings.append(f"train.seed={args.seed}")
+    if args.logdir is not None:
+        settings.append(f"log.logdir={args.logdir}")
+    if args.run_name is not None:
+        settings.append(f"log.run_name={args.run_name}")
+
+    if args.resume:
+        if settings:
+            raise ConfigError("a resumed run keeps its config; only --env-steps may change")
+        expect = resolve_config(args.target).env.id if args.target else None
+        run_dir = Path(args.resume)
+        agent = MuZeroAgent.load(run_dir, run_dir=run_dir, expect_env_id=expect)
+        print(f"resuming {run_dir} at {agent.env_steps:,} env steps, "
+              f"{agent.training_steps:,} learner steps")
+    else:
+        if not args.target:
+            raise ConfigError("name a preset, a .toml file or an env id (or use --resume)")
+        config = resolve_config(args.target, settings)
+        run_dir = Path(config.log.logdir) / (config.log.run_name or default_run_name(config))
+        if (run_dir / CHECKPOINT_NAME).exists():
+            raise ConfigError(f"{run_dir} already holds a run; use --resume {run_dir} or "
+                              "another --run-name")
+        agent = MuZeroAgent(config, run_dir=run_dir)
+        print(f"training {config.env.id} ({config.preset}) -> {run_dir}")
+    total = args.env_steps if args.env_steps is not None else agent.config.train.env_steps
+    try:
+        agent.learn(total, progress=not args.no_progress and agent.config.log.progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted at {agent.env_steps:,} env steps; checkpoint saved in {run_dir}; "
+              f"continue with: muzero-gym train --resume {run_dir}", file=sys.stderr)
+        return 130
+    returns = agent.evaluate(agent.config.train.eval_episodes, progress=False)
+    print(f"done: {agent.env_steps:,} env steps, {agent.training_steps:,} learner steps, "
+          f"eval return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} "
+          f"episodes; run folder {run_dir}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from muzero_gym.agents.muzero import MuZeroAgent
+
+    if args.episodes < 1:
+        raise ConfigError(f"--episodes = {args.episodes}: must be >= 1")
+    agent = MuZeroAgent.load(args.checkpoint)
+    returns = agent.evaluate(args.episodes, render=args.render, progress=True, seed=args.seed)
+    print(f"{agent.config.env.id}: return {np.mean(returns):.1f} +- {np.std(returns):.1f} "
+          f"over {len(returns)} episodes (min {np.min(returns):.1f}, max {np.max(returns):.1f})")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from muzero_gym.checkpoint import CheckpointError
+    from muzero_gym.environment import EnvError
+    from muzero_gym.game import SpaceError
+
     args = _parser().parse_args(argv)
     try:
         if args.command == "presets":
             for name in list_presets():
-                config = load_config(name)
-                print(f"{name:<12} {config.env.id}")
+                print(f"{name:<12} {load_config(name).env.id}")
             return 0
-        config = load_config(args.preset, args.overrides)
         if args.command == "config":
-            print(config.to_toml(), end="")
-        elif args.command == "check":
-            _check(config, args.max_steps, args.learner_steps)
-        return 0
-    except (ConfigError, ValueError, TypeError) as e:
+            print(resolve_config(args.target, args.overrides).to_toml(), end="")
+            return 0
+        if args.command == "train":
+            return _train(args)
+        return _evaluate(args)
+    except (ConfigError, EnvError, SpaceError, CheckpointError) as e:
         print(f"muzero-gym: error: {e}", file=sys.stderr)
         return 2
 

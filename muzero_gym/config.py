@@ -248,7 +248,25 @@ class TrainConfig(_Section):
     bootstrap_source: str = _field(
         "search", "bootstrap values from stored search values or the target network",
         choices=("search", "target_network"))
-    device: str = _field("auto", "auto, cpu or cuda", choices=("auto", "cpu", "cuda"))
+    device: str = _field("auto", "learner device: auto (CUDA if present), cpu or cuda",
+                         choices=("auto", "cpu", "cuda"))
+    inference_device: str = _field("cpu", "self-play inference device: auto, cpu or cuda",
+                                   choices=("auto", "cpu", "cuda"))
+    mixed_precision: bool = _field(False, "bfloat16 autocast for the learner on CUDA")
+    num_threads: int = _field(0, "torch threads; 0 = 1 with async envs, else all cores", low=0)
+    env_steps: int = _field(100_000, "env steps of a full run (muzero-gym train)", low=1)
+    replay_ratio: float = _field(0.25, "learner steps per env step", low=0.0, low_open=True)
+    warmup_transitions: int = _field(1000, "transitions stored before learning starts", low=1)
+    weight_sync_interval: int = _field(
+        50, "learner steps between copies of the weights to self-play", low=1)
+    reanalyse_fraction: float = _field(
+        0.0, "fraction of sampled positions whose value targets are recomputed by a fresh "
+        "search with the target network", low=0.0, high=1.0)
+    reanalyse_policy: bool = _field(False, "reanalysed positions also get fresh policy targets")
+    reanalyse_simulations: int = _field(0, "simulations of a reanalyse search; 0 = as self-play",
+                                        low=0)
+    eval_interval: int = _field(5000, "env steps between evaluations; 0 = never", low=0)
+    eval_episodes: int = _field(20, "episodes per evaluation", low=1)
 
 
 @dataclass(frozen=True)
@@ -260,6 +278,7 @@ class LogConfig(_Section):
     run_name: str = _field("", "run folder name; empty = <env>__<preset>__<seed>__<time>")
     log_interval: int = _field(100, "env steps between TensorBoard scalars", low=1)
     checkpoint_interval: int = _field(10_000, "env steps between checkpoints", low=1)
+    progress: bool = _field(True, "show a progress line on the terminal")
 
 
 SECTIONS: dict[str, type] = {

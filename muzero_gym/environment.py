@@ -50,3 +50,25 @@ def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
         env.close()
         raise
     return env
+
+
+def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vector.VectorEnv:
+    """A vector env of ``num_envs`` (default ``config.num_envs``) copies in NEXT_STEP
+    autoreset mode, sync or async as ``config.vectorization`` says."""
+    register_envs()
+    kwargs = dict(config.kwargs)
+    if config.max_episode_steps > 0:
+        kwargs["max_episode_steps"] = config.max_episode_steps
+    try:
+        envs = gym.make_vec(
+            config.id, num_envs=num_envs or config.num_envs,
+            vectorization_mode=config.vectorization,
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}, **kwargs)
+    except gym.error.Error as e:
+        raise EnvError(f"cannot create env {config.id!r}: {e}") from None
+    try:
+        check_action_space(envs.single_action_space)
+    except SpaceError:
+        envs.close()
+        raise
+    return envs

@@ -104,6 +104,20 @@ class ObservationEncoder:
         return np.concatenate([self._flatten(s, observation[k]) for k, s in space.spaces.items()])
 
 
+def stacked_shape(encoder: ObservationEncoder, num_stacked_observations: int,
+                  stack_actions: bool, num_actions: int) -> tuple[int, ...]:
+    """Shape of ``Game.make_image`` for these settings."""
+    if encoder.is_image:
+        channels = encoder.shape[0] * num_stacked_observations
+        if stack_actions:
+            channels += num_stacked_observations
+        return (channels, *encoder.shape[1:])
+    size = encoder.shape[0] * num_stacked_observations
+    if stack_actions:
+        size += num_actions * num_stacked_observations
+    return (size,)
+
+
 class Game:
     """One episode: the reference's ``Game`` over a Gymnasium env.
 

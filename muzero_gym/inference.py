@@ -1,9 +1,10 @@
 """Glue between a PyTorch MuZero network and the torch-free batched search.
 
 :class:`ModelSearchAdapter` runs the initial inference for B observations, keeps every hidden
-state of the search in one preallocated tensor ``[B, num_simulations + 1, ...]`` and exposes
+state of the search in one preallocated buffer ``[B, num_simulations + 1, ...]`` and exposes
 ``recurrent_fn(parent_index, action, node_index)`` as the search expects, so the tree code never
-sees a tensor. :func:`plan` does a whole batched search for a batch of observations.
+sees a tensor. MLP networks on the CPU run through a NumPy snapshot of their weights.
+:func:`plan` does a whole batched search for a batch of observations.
 """
 
 from __future__ import annotations
@@ -13,30 +14,56 @@ import torch
 
 from muzero_gym.mcts import BatchedMCTS, SearchResult
 from muzero_gym.networks import MuZeroNetwork
+from muzero_gym.numpy_inference import NumpyMLP
 
 
 class ModelSearchAdapter:
-    """Serves one search at a time: call :meth:`initial`, then pass :meth:`recurrent_fn`."""
+    """Serves one search at a time: call :meth:`initial`, then pass :meth:`recurrent_fn`.
+
+    An MLP network on the CPU runs through its NumPy snapshot (:mod:`numpy_inference`), which
+    is several times cheaper per call at self-play batch sizes; call :meth:`refresh` after the
+    network's weights change. Other networks run in PyTorch on ``device``.
+    """
 
     def __init__(self, network: MuZeroNetwork, num_simulations: int,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", use_numpy: bool = True):
         self.network = network
         self.num_nodes = num_simulations + 1
         self.device = torch.device(device)
-        self._hidden: torch.Tensor | None = None
-        self._rows: torch.Tensor | None = None
+        self.use_numpy = use_numpy
+        self._hidden: torch.Tensor | np.ndarray | None = None
+        self._rows: torch.Tensor | np.ndarray | None = None
+        self._numpy: NumpyMLP | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Takes a new NumPy snapshot of the weights (no-op for the PyTorch path)."""
+        allowed = self.use_numpy and self.device.type == "cpu"
+        self._numpy = NumpyMLP.from_network(self.network) if allowed else None
+
+    def _store_roots(self, hidden, batch: int) -> None:
+        shape = (batch, self.num_nodes, *hidden.shape[1:])
+        if self._hidden is None or tuple(self._hidden.shape) != shape or \
+                isinstance(self._hidden, np.ndarray) != isinstance(hidden, np.ndarray):
+            if isinstance(hidden, np.ndarray):
+                self._hidden = np.empty(shape, dtype=hidden.dtype)
+                self._rows = np.arange(batch)
+            else:
+                self._hidden = torch.empty(shape, dtype=hidden.dtype, device=self.device)
+                self._rows = torch.arange(batch, device=self.device)
+        self._hidden[:, 0] = hidden
 
     @torch.inference_mode()
     def initial(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Root values [B] and policy logits [B, A]; stores the root hidden states."""
+        batch = observations.shape[0]
+        if self._numpy is not None:
+            hidden, value, logits = self._numpy.initial(observations)
+            self._store_roots(hidden, batch)
+            return value, logits
         obs = torch.as_tensor(observations, device=self.device)
         out = self.network.initial_inference(obs)
-        batch = obs.shape[0]
-        shape = (batch, self.num_nodes, *out.hidden.shape[1:])
-        if self._hidden is None or self._hidden.shape != shape:
-            self._hidden = torch.empty(shape, dtype=out.hidden.dtype, device=self.device)
-            self._rows = torch.arange(batch, device=self.device)
-        self._hidden[:, 0] = out.hidden
+        self._store_roots(out.hidden, batch)
         value = self.network.value_scalar(out.value_logits)
         return value.double().cpu().numpy(), out.policy_logits.double().cpu().numpy()
 
@@ -45,6 +72,11 @@ class ModelSearchAdapter:
                      node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Dynamics + prediction from the parents' hidden states; stores the new ones."""
         assert self._hidden is not None and self._rows is not None, "call initial() first"
+        if self._numpy is not None:
+            hidden, reward, value, logits = self._numpy.recurrent(
+                self._hidden[self._rows, parent_index], action)
+            self._hidden[:, node_index] = hidden
+            return reward, value, logits
         parents = torch.as_tensor(parent_index, device=self.device, dtype=torch.long)
         actions = torch.as_tensor(action, device=self.device, dtype=torch.long)
         out = self.network.recurrent_inference(self._hidden[self._rows, parents], actions)

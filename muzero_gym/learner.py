@@ -71,15 +71,14 @@ class Learner:
 
     def value_targets(self, batch: Batch) -> torch.Tensor:
         """[B, K + 1] value targets: stored search values, or the target network's values."""
-        if self.config.bootstrap_source == "search" or batch.bootstrap_observations is None:
-            if self.config.bootstrap_source == "target_network":
-                raise ValueError("bootstrap_source = target_network needs batches sampled with "
-                                 "with_bootstrap_observations=True")
+        if self.config.bootstrap_source == "search":
             return self._tensor(batch.target_value, torch.float32)
-        obs = self._tensor(batch.bootstrap_observations)
-        flat = obs.flatten(0, 1)
+        if batch.bootstrap is None:
+            raise ValueError("bootstrap_source = target_network needs batches sampled with "
+                             "with_bootstrap_inputs=True")
+        obs = self._tensor(batch.bootstrap.observations)
         with torch.no_grad():
-            out = self.target_network.initial_inference(flat)
+            out = self.target_network.initial_inference(obs.flatten(0, 1))
             values = self.target_network.value_scalar(out.value_logits).view(obs.shape[:2])
         return (self._tensor(batch.reward_sum, torch.float32)
                 + self._tensor(batch.bootstrap_scale, torch.float32) * values)

@@ -28,6 +28,17 @@ from muzero_gym.game import Game, ObservationEncoder
 
 
 @dataclass
+class SearchInputs:
+    """Model inputs of the states at [B, K + 1] positions, to search them again (reanalyse)
+    or evaluate them with a target network. ``valid`` is False where there is no state."""
+
+    observations: np.ndarray  # [B, K + 1, ...]
+    legal_action_mask: np.ndarray  # [B, K + 1, A] bool
+    to_play: np.ndarray  # [B, K + 1] int
+    valid: np.ndarray  # [B, K + 1] bool
+
+
+@dataclass
 class Batch:
     """One training batch of B samples, K unroll steps and A actions (numpy arrays)."""
 
@@ -43,23 +54,46 @@ class Batch:
     game_ids: np.ndarray  # [B] ids of the sampled games, for update_priorities
     reward_sum: np.ndarray  # [B, K + 1] reward part of the value targets
     bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
-    bootstrap_observations: np.ndarray | None  # [B, K + 1, ...] model inputs to bootstrap from
+    bootstrap: SearchInputs | None = None  # the states value targets bootstrap from
+    unrolled: SearchInputs | None = None  # the states at positions index .. index + K
 
 
 class _StoredGame:
-    """A finished game plus its value-target parts, computed once on insertion."""
+    """A finished game with the targets of every position computed once, on insertion.
 
-    __slots__ = ("game", "slots", "parts", "values", "policies", "rewards")
+    Target arrays cover positions 0 .. T + K (padded past the end as the targets module says),
+    so a sample at position i is the slice [i, i + K + 1] of each. Vector observations are also
+    stacked once (``images``); image observations are stacked when sampled.
+    """
 
-    def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float):
+    __slots__ = ("game", "slots", "parts", "values", "targets", "reward_sum", "bootstrap_scale",
+                 "bootstrap_index", "actions", "images")
+
+    def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float,
+                 num_unroll_steps: int):
         self.game = game
         self.slots = slots
-        self.rewards = np.asarray(game.rewards, dtype=np.float64)
-        self.policies = np.asarray(game.child_visits, dtype=np.float32).reshape(
-            len(game), game.num_actions)
-        self.parts = targets.n_step_parts(self.rewards, np.asarray(game.to_play_history),
+        length = len(game)
+        rewards = np.asarray(game.rewards, dtype=np.float64)
+        policies = np.asarray(game.child_visits, dtype=np.float32).reshape(
+            length, game.num_actions)
+        self.parts = targets.n_step_parts(rewards, np.asarray(game.to_play_history),
                                           game.terminated, td_steps, discount)
         self.values = targets.n_step_values(self.parts, game.state_values())
+        self.targets = targets.unroll_targets(self.values, rewards, policies, game.terminated,
+                                              0, length + num_unroll_steps)
+        pad = num_unroll_steps
+        self.reward_sum = np.concatenate([self.parts.reward_sum, np.zeros(pad)])
+        self.bootstrap_scale = np.concatenate([self.parts.bootstrap_scale, np.zeros(pad)])
+        self.bootstrap_index = np.concatenate([self.parts.bootstrap_index,
+                                               np.full(pad, -1, dtype=np.int64)])
+        self.actions = np.concatenate([np.asarray(game.actions, dtype=np.int64),
+                                       np.full(pad, -1, dtype=np.int64)])
+        self.images = None if game.encoder.is_image else np.stack(
+            [game.make_image(i) for i in range(length + 1)])
+
+    def image(self, index: int) -> np.ndarray:
+        return self.images[index] if self.images is not None else self.game.make_image(index)
 
 
 class ReplayBuffer:
@@ -115,7 +149,8 @@ class ReplayBuffer:
                 self._evict(int(game_id))
         game_id = self._next_game_id
         self._next_game_id += 1
-        stored = _StoredGame(game, slots, self.td_steps, self.discount)
+        stored = _StoredGame(game, slots, self.td_steps, self.discount,
+                             self.num_unroll_steps)
         self._games[game_id] = stored
         if priorities is None:
             priorities = np.abs(np.asarray(game.root_values) - stored.values[:-1])
@@ -150,8 +185,9 @@ class ReplayBuffer:
         return weights / weights.sum()
 
     def sample(self, batch_size: int, rng: np.random.Generator,
-               with_bootstrap_observations: bool = False) -> Batch:
-        """A batch of ``batch_size`` positions with their K-step targets."""
+               with_bootstrap_inputs: bool = False, with_unrolled_inputs: bool = False) -> Batch:
+        """A batch of ``batch_size`` positions with their K-step targets; optionally the inputs
+        of the bootstrap states and of the unrolled states (for reanalyse / target network)."""
         size = len(self)
         if size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
@@ -163,45 +199,48 @@ class ReplayBuffer:
         weights = (size * probs[slots]) ** -self.config.priority_beta
         weights /= weights.max()
         game_ids = self._slot_game[slots]
-        samples = [self._sample_one(self._games[int(g)], int(self._slot_step[s]), rng,
-                                    with_bootstrap_observations)
-                   for g, s in zip(game_ids, slots)]
-        columns = list(zip(*samples))
-        return Batch(
-            observations=np.stack(columns[0]), actions=np.stack(columns[1]),
-            target_value=np.stack(columns[2]), target_reward=np.stack(columns[3]),
-            target_policy=np.stack(columns[4]), value_mask=np.stack(columns[5]),
-            policy_mask=np.stack(columns[6]), weights=weights.astype(np.float32),
-            slots=slots, game_ids=game_ids, reward_sum=np.stack(columns[7]),
-            bootstrap_scale=np.stack(columns[8]),
-            bootstrap_observations=np.stack(columns[9]) if with_bootstrap_observations else None,
-        )
-
-    def _sample_one(self, stored: _StoredGame, index: int, rng: np.random.Generator,
-                    with_bootstrap_observations: bool) -> tuple:
-        game = stored.game
+        steps = self._slot_step[slots]
         k = self.num_unroll_steps
-        num_steps = len(game)
-        actions = np.asarray(game.actions[index:index + k], dtype=np.int64)
-        if actions.shape[0] < k:
-            actions = np.concatenate(
-                [actions, rng.integers(0, self.num_actions, size=k - actions.shape[0])])
-        unrolled = targets.unroll_targets(stored.values, stored.rewards, stored.policies,
-                                          game.terminated, index, k)
-        positions = index + np.arange(k + 1)
-        inside = positions <= num_steps
-        clipped = np.minimum(positions, num_steps)
-        reward_sum = np.where(inside, stored.parts.reward_sum[clipped], 0.0)
-        scale = np.where(inside, stored.parts.bootstrap_scale[clipped], 0.0)
-        boot_obs = None
-        if with_bootstrap_observations:
-            boot_index = stored.parts.bootstrap_index[clipped]
-            boot_obs = np.stack([game.make_image(int(i)) if i >= 0 and ok else
-                                 np.zeros_like(game.make_image(0))
-                                 for i, ok in zip(boot_index, inside)])
-        return (game.make_image(index), actions, unrolled.value, unrolled.reward,
-                unrolled.policy, unrolled.value_mask, unrolled.policy_mask, reward_sum, scale,
-                boot_obs)
+        stored = [self._games[int(g)] for g in game_ids]
+        window = [slice(int(i), int(i) + k + 1) for i in steps]
+        unroll = [g.targets for g in stored]
+        actions = np.stack([g.actions[int(i):int(i) + k] for g, i in zip(stored, steps)])
+        past_end = actions < 0
+        actions[past_end] = rng.integers(0, self.num_actions, size=int(past_end.sum()))
+        batch = Batch(
+            observations=np.stack([g.image(int(i)) for g, i in zip(stored, steps)]),
+            actions=actions,
+            target_value=np.stack([t.value[w] for t, w in zip(unroll, window)]),
+            target_reward=np.stack([t.reward[w] for t, w in zip(unroll, window)]),
+            target_policy=np.stack([t.policy[w] for t, w in zip(unroll, window)]),
+            value_mask=np.stack([t.value_mask[w] for t, w in zip(unroll, window)]),
+            policy_mask=np.stack([t.policy_mask[w] for t, w in zip(unroll, window)]),
+            weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
+            reward_sum=np.stack([g.reward_sum[w] for g, w in zip(stored, window)]),
+            bootstrap_scale=np.stack([g.bootstrap_scale[w] for g, w in zip(stored, window)]))
+        if with_bootstrap_inputs:
+            boot = np.stack([g.bootstrap_index[w] for g, w in zip(stored, window)])
+            batch.bootstrap = self._search_inputs(stored, boot, boot >= 0)
+        if with_unrolled_inputs:
+            index = steps[:, None] + np.arange(k + 1)
+            batch.unrolled = self._search_inputs(stored, index, batch.policy_mask)
+        return batch
+
+    def _search_inputs(self, stored: list[_StoredGame], index: np.ndarray,
+                       valid: np.ndarray) -> SearchInputs:
+        """Inputs of state ``index[b, k]`` of game ``stored[b]`` where ``valid``."""
+        first = stored[0].image(0)
+        observations = np.zeros((*index.shape, *first.shape), dtype=first.dtype)
+        legal = np.ones((*index.shape, self.num_actions), dtype=np.bool_)
+        to_play = np.zeros(index.shape, dtype=np.int64)
+        for b, k in zip(*np.nonzero(valid)):
+            game = stored[b].game
+            i = int(index[b, k])
+            observations[b, k] = stored[b].image(i)
+            legal[b, k] = game.legal_masks[i]
+            to_play[b, k] = game.to_play_history[i]
+        legal[~legal.any(axis=-1)] = True  # final states may have no legal action
+        return SearchInputs(observations, legal, to_play, valid.astype(np.bool_))
 
     def update_priorities(self, slots: np.ndarray, game_ids: np.ndarray,
                           priorities: np.ndarray) -> None:
@@ -275,7 +314,8 @@ class ReplayBuffer:
             final = float(state["final_value"][n])
             game.final_value = None if np.isnan(final) else final
             slots = np.asarray(state["game_slots"])[a0:a1]
-            self._games[game_id] = _StoredGame(game, slots, self.td_steps, self.discount)
+            self._games[game_id] = _StoredGame(game, slots, self.td_steps, self.discount,
+                                               self.num_unroll_steps)
         self._slot_game = np.asarray(state["slot_game"], dtype=np.int64).copy()
         self._slot_step = np.asarray(state["slot_step"], dtype=np.int64).copy()
         self._priority = np.asarray(state["priority"], dtype=np.float64).copy()

@@ -86,14 +86,14 @@ def test_target_network_is_refreshed_every_n_steps():
 def test_bootstrap_from_the_target_network():
     learner = make_learner(bootstrap_source="target_network")
     replay = filled_replay()
-    batch = replay.sample(32, np.random.default_rng(0), with_bootstrap_observations=True)
+    batch = replay.sample(32, np.random.default_rng(0), with_bootstrap_inputs=True)
     values = learner.value_targets(batch)
     # A fresh network predicts 0 everywhere, so only the reward part remains.
     torch.testing.assert_close(values, torch.as_tensor(batch.reward_sum, dtype=torch.float32),
                                atol=1e-4, rtol=0)
     metrics = learner.train_step(batch)
     assert np.isfinite(metrics["total"])
-    with pytest.raises(ValueError, match="with_bootstrap_observations"):
+    with pytest.raises(ValueError, match="with_bootstrap_inputs"):
         learner.value_targets(replay.sample(4, np.random.default_rng(0)))
 
 

@@ -83,7 +83,7 @@ def test_update_priorities_changes_sampling_and_skips_reused_slots():
 def test_sampled_batch_has_unroll_targets_and_random_actions_past_the_end():
     replay = buffer(capacity=3)
     replay.add_game(make_game(3, value=0.0))
-    batch = replay.sample(64, np.random.default_rng(0), with_bootstrap_observations=True)
+    batch = replay.sample(64, np.random.default_rng(0), with_bootstrap_inputs=True)
     assert batch.observations.shape == (64, 2) and batch.actions.shape == (64, 2)
     assert batch.target_policy.shape == (64, 3, 3)
     last = batch.slots == 2  # position 2: one real action, then one random
@@ -93,7 +93,7 @@ def test_sampled_batch_has_unroll_targets_and_random_actions_past_the_end():
     np.testing.assert_array_equal(batch.policy_mask[last], [[True, False, False]] * last.sum())
     np.testing.assert_allclose(batch.reward_sum + batch.bootstrap_scale * 0.0,
                                batch.target_value)
-    assert batch.bootstrap_observations.shape == (64, 3, 2)
+    assert batch.bootstrap.observations.shape == (64, 3, 2)
 
 
 def test_save_and_load_round_trip_keeps_games_and_priorities(tmp_path):

@@ -1,0 +1,363 @@
+"""``MuZeroAgent``: self-play, replay, learner and search put together behind an SB3-like surface.
+
+    agent = MuZeroAgent(load_config("cartpole"), run_dir="runs/my-run")
+    agent.learn(30_000)                 # self-play and training until 30k env steps in total
+    returns = agent.evaluate(20)        # greedy episodes on fresh envs
+    action = agent.predict(observation)
+    agent.save("agent.pt"); agent = MuZeroAgent.load("agent.pt")
+
+``learn`` runs one loop on one process: a batched search steps all envs of a vector env, finished
+games go to the replay buffer, and the learner takes ``replay_ratio`` steps per env step once
+``warmup_transitions`` are stored. Self-play uses its own copy of the weights, refreshed every
+``weight_sync_interval`` learner steps. With a ``run_dir`` it logs to TensorBoard and writes a
+checkpoint (model, target model, optimizer, counters, RNG states, replay with priorities, config)
+every ``log.checkpoint_interval`` env steps and when it stops, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from muzero_gym.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from muzero_gym.config import Config, config_from_dict
+from muzero_gym.environment import make_env, make_vector_env
+from muzero_gym.game import Game, ObservationEncoder, stacked_shape
+from muzero_gym.inference import plan
+from muzero_gym.learner import Learner, resolve_device
+from muzero_gym.mcts import BatchedMCTS, SearchSettings, select_actions
+from muzero_gym.networks import build_network
+from muzero_gym.progress import Progress
+from muzero_gym.reanalyse import reanalyse
+from muzero_gym.replay import ReplayBuffer
+from muzero_gym.run_log import RunLogger
+from muzero_gym.selfplay import SelfPlay
+
+CHECKPOINT_VERSION = 1
+
+
+class MuZeroAgent:
+    """A MuZero agent for one Gymnasium env, built from a :class:`~muzero_gym.config.Config`."""
+
+    def __init__(self, config: Config, run_dir: str | Path | None = None):
+        self.config = config
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        train = config.train
+        self._set_threads()
+        self.device = resolve_device(train.device)
+        self.inference_device = resolve_device(train.inference_device)
+
+        probe = make_env(config.env)
+        self.observation_space = probe.observation_space
+        self.num_actions = int(probe.action_space.n)
+        probe.close()
+        self.encoder = ObservationEncoder(self.observation_space)
+        self.input_shape = stacked_shape(self.encoder, config.env.num_stacked_observations,
+                                         config.env.stack_actions, self.num_actions)
+
+        self.rng = np.random.default_rng(train.seed)
+        torch.manual_seed(train.seed)
+        network = build_network(config.model, self.input_shape, self.num_actions,
+                                image_input=self.encoder.is_image)
+        self.learner = Learner(network, train, self.device)
+        self.selfplay_network = copy.deepcopy(network).to(self.inference_device).eval()
+        settings = SearchSettings.from_config(config)
+        self.search = BatchedMCTS(settings, self.num_actions)
+        reanalyse_sims = train.reanalyse_simulations or settings.num_simulations
+        self.reanalyse_search = BatchedMCTS(
+            SearchSettings(**{**settings.__dict__, "num_simulations": reanalyse_sims}),
+            self.num_actions)
+        self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
+                                   num_unroll_steps=train.num_unroll_steps,
+                                   td_steps=train.td_steps, discount=train.discount)
+        self.env_steps = 0
+        self.episodes = 0
+        self._train_credit = 0.0
+        self._last_sync_step = 0
+        self._logger: RunLogger | None = None
+        self._selfplay: SelfPlay | None = None
+        self._metrics: dict[str, list[float]] = collections.defaultdict(list)
+        self._recent_returns: collections.deque[float] = collections.deque(maxlen=20)
+        self.last_eval_return: float | None = None
+
+    # ---- construction helpers --------------------------------------------------------------
+
+    def _set_threads(self) -> None:
+        threads = self.config.train.num_threads
+        if threads == 0 and self.config.env.vectorization == "async":
+            threads = 1  # env workers share the cores
+        if threads > 0:
+            torch.set_num_threads(threads)
+
+    def new_game(self) -> Game:
+        env = self.config.env
+        return Game(self.num_actions, self.encoder, env.num_stacked_observations,
+                    env.stack_actions, env.num_players)
+
+    @property
+    def network(self) -> torch.nn.Module:
+        """The network being trained."""
+        return self.learner.network
+
+    @property
+    def training_steps(self) -> int:
+        return self.learner.training_step
+
+    # ---- training ---------------------------------------------------------------------------
+
+    def learn(self, total_env_steps: int, progress: bool | None = None) -> MuZeroAgent:
+        """Self-play and train until ``total_env_steps`` env steps have been taken in total
+        (counting the steps of earlier ``learn`` calls and of a resumed checkpoint)."""
+        config = self.config
+        show = config.log.progress if progress is None else progress
+        envs = make_vector_env(config.env)
+        selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
+                            config.search, self.rng, self.inference_device)
+        selfplay.reset(seed=int(self.rng.integers(2**31)))
+        self._selfplay = selfplay
+        if self.run_dir is not None and self._logger is None:
+            self._logger = RunLogger(self.run_dir)
+            if not (self.run_dir / "config.toml").exists():
+                self._logger.write_config(config)
+        bar = Progress(total_env_steps, "env steps", initial=self.env_steps, enabled=show)
+        start_time, start_steps = time.perf_counter(), self.env_steps
+        start_train = self.training_steps
+        try:
+            while self.env_steps < total_env_steps:
+                before = self.env_steps
+                stats = selfplay.step(self.training_steps)
+                self.env_steps += stats.num_transitions
+                self._metrics["search/root_value"].append(stats.root_value)
+                self._metrics["search/visit_entropy"].append(stats.visit_entropy)
+                self._metrics["search/max_depth"].append(stats.max_depth)
+                for game in stats.finished:
+                    self._store_game(game)
+                if len(self.replay) >= config.train.warmup_transitions:
+                    self._train_credit += stats.num_transitions * config.train.replay_ratio
+                    while self._train_credit >= 1.0:
+                        self._train_once()
+                        self._train_credit -= 1.0
+                if self.training_steps - self._last_sync_step >= config.train.weight_sync_interval:
+                    self.sync_selfplay_weights()
+                elapsed = time.perf_counter() - start_time
+                if _crossed(before, self.env_steps, config.log.log_interval):
+                    self._log(elapsed, self.env_steps - start_steps,
+                              self.training_steps - start_train)
+                if config.train.eval_interval and _crossed(before, self.env_steps,
+                                                           config.train.eval_interval):
+                    self._evaluate_and_log()
+                if self.run_dir is not None and _crossed(before, self.env_steps,
+                                                         config.log.checkpoint_interval):
+                    self.save(self.run_dir)
+                recent = np.mean(self._recent_returns) if self._recent_returns else float("nan")
+                fields: dict[str, Any] = {"episodes": self.episodes, "return": f"{recent:.1f}"}
+                if self.last_eval_return is not None:
+                    fields["eval"] = f"{self.last_eval_return:.1f}"
+                bar.update(self.env_steps, **fields)
+        finally:
+            self._selfplay = None
+            bar.close()
+            envs.close()
+            if self.run_dir is not None:
+                self.save(self.run_dir)
+            if self._logger is not None:
+                self._logger.flush()
+        return self
+
+    def _store_game(self, game: Game) -> None:
+        self.replay.add_game(game)
+        self.episodes += 1
+        episode_return = float(sum(game.rewards))
+        self._recent_returns.append(episode_return)
+        if self._logger is not None:
+            self._logger.scalars({"charts/episodic_return": episode_return,
+                                  "charts/episodic_length": float(len(game))}, self.env_steps)
+
+    def _train_once(self) -> None:
+        train = self.config.train
+        need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
+        batch = self.replay.sample(train.batch_size, self.rng, with_bootstrap_inputs=need_bootstrap,
+                                   with_unrolled_inputs=train.reanalyse_policy
+                                   and train.reanalyse_fraction > 0)
+        if train.reanalyse_fraction > 0:
+            reanalyse(batch, self.learner.target_network, self.reanalyse_search,
+                      train.reanalyse_fraction, self.rng, train.reanalyse_policy, self.device)
+        if train.mixed_precision and self.device.type == "cuda":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                metrics = self.learner.train_step(batch)
+        else:
+            metrics = self.learner.train_step(batch)
+        self.replay.update_priorities(batch.slots, batch.game_ids, metrics.pop("priorities"))
+        for key in ("total", "value", "reward", "policy"):
+            self._metrics[f"losses/{key}"].append(metrics[key])
+        self._metrics["train/lr"].append(metrics["lr"])
+        self._metrics["train/grad_norm"].append(metrics["grad_norm"])
+
+    def sync_selfplay_weights(self) -> None:
+        """Copies the trained weights into the self-play network."""
+        self.selfplay_network.load_state_dict(self.learner.network.state_dict())
+        self._last_sync_step = self.training_steps
+        if self._selfplay is not None:
+            self._selfplay.adapter.refresh()
+
+    def _log(self, elapsed: float, env_steps: int, train_steps: int) -> None:
+        if self._logger is None:
+            self._metrics.clear()
+            return
+        values = {k: float(np.mean(v)) for k, v in self._metrics.items() if v}
+        values["perf/env_steps_per_s"] = env_steps / max(elapsed, 1e-9)
+        values["perf/train_steps_per_s"] = train_steps / max(elapsed, 1e-9)
+        values["replay/size"] = float(len(self.replay))
+        self._logger.scalars(values, self.env_steps)
+        self._metrics.clear()
+
+    def _evaluate_and_log(self) -> None:
+        returns = self.evaluate(self.config.train.eval_episodes)
+        self.last_eval_return = float(np.mean(returns))
+        if self._logger is not None:
+            self._logger.scalars({"eval/return_mean": self.last_eval_return}, self.env_steps)
+            self._logger.flush()
+
+    # ---- acting -----------------------------------------------------------------------------
+
+    def evaluate(self, num_episodes: int, render: bool = False, progress: bool = False,
+                 seed: int | None = None) -> np.ndarray:
+        """Returns of ``num_episodes`` greedy episodes (no noise, temperature 0) on fresh envs.
+
+        Each env plays a fixed share of the episodes, so short episodes are not favoured."""
+        self.sync_selfplay_weights()
+        if render:
+            return self._evaluate_rendered(num_episodes, seed)
+        num_envs = min(num_episodes, self.config.env.num_envs)
+        envs = make_vector_env(self.config.env, num_envs)
+        eval_rng = np.random.default_rng(self.rng.integers(2**31) if seed is None else seed)
+        player = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
+                          self.config.search, eval_rng, self.inference_device, add_noise=False,
+                          greedy=True)
+        quota = [num_episodes // num_envs + (i < num_episodes % num_envs)
+                 for i in range(num_envs)]
+        returns: list[float] = []
+        bar = Progress(num_episodes, "episodes", enabled=progress)
+        try:
+            player.reset(seed=int(eval_rng.integers(2**31)))
+            while len(returns) < num_episodes:
+                owners = [i for i in range(num_envs) if player.pending_reset[i]]
+                stats = player.step(self.training_steps)
+                for i, game in zip(owners, stats.finished):
+                    if quota[i] > 0:
+                        quota[i] -= 1
+                        returns.append(float(sum(game.rewards)))
+                bar.update(len(returns), mean_return=f"{np.mean(returns) if returns else 0:.1f}")
+        finally:
+            bar.close()
+            envs.close()
+        return np.asarray(returns)
+
+    def _evaluate_rendered(self, num_episodes: int, seed: int | None) -> np.ndarray:
+        env = make_env(self.config.env, render_mode="human")
+        returns = []
+        try:
+            for episode in range(num_episodes):
+                game = Game.for_env(env, self.config.env.num_stacked_observations,
+                                    self.config.env.stack_actions, self.config.env.num_players)
+                game.reset(seed=None if seed is None else seed + episode)
+                while not game.done:
+                    result = plan(self.selfplay_network, self.search, game.make_image()[None],
+                                  game.legal_action_mask()[None], np.array([game.to_play()]),
+                                  self.rng, add_noise=False, device=self.inference_device)
+                    game.store_search_statistics(result.root_value[0], result.search_policy[0])
+                    game.apply(int(result.visit_counts[0].argmax()))
+                returns.append(float(sum(game.rewards)))
+        finally:
+            env.close()
+        return np.asarray(returns)
+
+    def predict(self, observation: Any, legal_action_mask: np.ndarray | None = None,
+                to_play: int = 0, deterministic: bool = True) -> int:
+        """The action the search picks for one raw env observation (most visited when
+        ``deterministic``, else sampled from the visit counts). With stacked observations the
+        observation is repeated to fill the stack; use a ``Game`` for histories."""
+        game = self.new_game()
+        game.start(observation, {} if legal_action_mask is None
+                   else {"action_mask": legal_action_mask})
+        result = plan(self.selfplay_network, self.search, game.make_image()[None],
+                      game.legal_action_mask()[None], np.array([to_play]), self.rng,
+                      add_noise=False, device=self.inference_device)
+        temperature = 0.0 if deterministic else 1.0
+        return int(select_actions(result.visit_counts, temperature, self.rng)[0])
+
+    # ---- saving ----------------------------------------------------------------------------
+
+    def state_dict(self, include_replay: bool = True) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "agent_version": CHECKPOINT_VERSION,
+            "config": self.config.to_dict(), "preset": self.config.preset,
+            "env_id": self.config.env.id, "num_actions": self.num_actions,
+            "input_shape": list(self.input_shape),
+            "learner": self.learner.state_dict(),
+            "selfplay_network": self.selfplay_network.state_dict(),
+            "counters": {"env_steps": self.env_steps, "episodes": self.episodes,
+                         "train_credit": self._train_credit,
+                         "last_sync_step": self._last_sync_step},
+            "rng": {"numpy": self.rng.bit_generator.state,
+                    "torch": torch.get_rng_state()},
+        }
+        if include_replay:
+            state["replay"] = self.replay.state_dict()
+        return state
+
+    def save(self, path: str | Path, include_replay: bool = True) -> Path:
+        """Writes a checkpoint atomically (a folder gets ``checkpoint.pt``)."""
+        return save_checkpoint(self.state_dict(include_replay), path)
+
+    @classmethod
+    def load(cls, path: str | Path, run_dir: str | Path | None = None,
+             expect_env_id: str | None = None) -> MuZeroAgent:
+        """Rebuilds an agent from a checkpoint file or run folder; the env must still have the
+        same spaces. ``expect_env_id`` turns a checkpoint of another env into an error."""
+        state = load_checkpoint(path)
+        if state.get("agent_version") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"{path} was not written by this version of MuZeroAgent")
+        if expect_env_id is not None and state["env_id"] != expect_env_id:
+            raise CheckpointError(f"checkpoint {path} is for env {state['env_id']!r}, not "
+                                  f"{expect_env_id!r}")
+        config = config_from_dict(state["config"], preset=state["preset"])
+        agent = cls(config, run_dir=run_dir)
+        if agent.num_actions != state["num_actions"] or list(agent.input_shape) != list(
+                state["input_shape"]):
+            raise CheckpointError(
+                f"checkpoint {path} expects {state['num_actions']} actions and inputs of shape "
+                f"{tuple(state['input_shape'])}; env {config.env.id!r} now has "
+                f"{agent.num_actions} actions and inputs of shape {agent.input_shape}")
+        agent.load_state_dict(state)
+        return agent
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.selfplay_network.load_state_dict(state["selfplay_network"])
+        counters = state["counters"]
+        self.env_steps = int(counters["env_steps"])
+        self.episodes = int(counters["episodes"])
+        self._train_credit = float(counters["train_credit"])
+        self._last_sync_step = int(counters["last_sync_step"])
+        self.rng.bit_generator.state = state["rng"]["numpy"]
+        torch.set_rng_state(state["rng"]["torch"])
+        if "replay" in state:
+            replay = {k: v.numpy() if isinstance(v, torch.Tensor) else v
+                      for k, v in state["replay"].items()}
+            env = self.config.env
+            self.replay.load_state_dict(replay, encoder=self.encoder,
+                                        num_stacked_observations=env.num_stacked_observations,
+                                        stack_actions=env.stack_actions,
+                                        num_players=env.num_players)
+
+
+def _crossed(before: int, after: int, interval: int) -> bool:
+    """Whether a multiple of ``interval`` lies in (before, after]."""
+    return interval > 0 and after // interval > before // interval

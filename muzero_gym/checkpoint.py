@@ -1,0 +1,79 @@
+"""Checkpoint files: atomic writes, tensors and plain data only, safe loading.
+
+A checkpoint is one ``torch.save`` file of nested dicts holding state dicts, tensors, numbers,
+strings and lists. It is written to a temporary file in the same folder and renamed over the old
+one, so a kill at any moment leaves the previous checkpoint intact. It is read with
+``torch.load(..., weights_only=True)``, which refuses anything that would run code on load.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, unreadable, or does not fit what it is loaded into."""
+
+
+def to_storable(value: Any) -> Any:
+    """Numpy arrays become tensors (recursively); everything else is kept."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, dict):
+        return {k: to_storable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_storable(v) for v in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
+    """Writes ``state`` atomically to ``path``: a ``.pt`` file, or a folder (created if needed)
+    that gets ``checkpoint.pt``."""
+    path = Path(path)
+    if path.suffix != ".pt":
+        path = path / CHECKPOINT_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save({"format_version": FORMAT_VERSION, **to_storable(state)}, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def resolve_checkpoint_path(path: str | Path) -> Path:
+    """A checkpoint file, or the checkpoint.pt of a run folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}")
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Reads a checkpoint written by :func:`save_checkpoint` (``weights_only=True``)."""
+    path = resolve_checkpoint_path(path)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises many types for a damaged or foreign file
+        raise CheckpointError(f"{path} is not a readable muzero_gym checkpoint "
+                              f"({type(e).__name__})") from None
+    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} is not a muzero_gym checkpoint of format "
+                              f"{FORMAT_VERSION}")
+    return state

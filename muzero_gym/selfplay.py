@@ -1,0 +1,167 @@
+"""Self-play over a Gymnasium vector env: one batched search per step for all envs.
+
+:class:`SelfPlay` keeps one :class:`~muzero_gym.game.Game` per env. Each :meth:`SelfPlay.step`
+builds the model inputs of all envs, runs one batched search, picks actions (visit counts at the
+scheduled temperature, or Gumbel's choice), steps the vector env and records the transitions.
+
+Autoreset (Gymnasium 1.x ``NEXT_STEP`` mode): the step after an episode ends ignores its action
+and returns the reset observation. That step is not a transition: the env's row in the search
+batch holds the final observation instead, its search value becomes the bootstrap value of a
+truncated game (:meth:`Game.set_final_value`), the finished game is handed out, and the reset
+observation starts the next game.
+
+Evaluation uses the same class with ``add_noise=False`` and ``greedy=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from muzero_gym.config import SearchConfig
+from muzero_gym.game import Game
+from muzero_gym.inference import ModelSearchAdapter
+from muzero_gym.mcts import BatchedMCTS, select_actions
+from muzero_gym.networks import MuZeroNetwork
+
+INFO_KEYS = ("action_mask", "to_play")
+
+
+@dataclass
+class StepStats:
+    """What one vector step produced."""
+
+    finished: list[Game] = field(default_factory=list)  # games that ended (final value set)
+    num_transitions: int = 0  # transitions recorded this step
+    root_value: float = 0.0  # mean root value of the searched rows
+    visit_entropy: float = 0.0  # mean entropy of the root visit distributions
+    max_depth: float = 0.0  # mean deepest expansion
+
+
+def _row(batch: Any, i: int) -> Any:
+    """Observation of env ``i`` from a vector env's batched observation."""
+    if isinstance(batch, dict):
+        return {k: _row(v, i) for k, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(v, i) for v in batch)
+    return batch[i]
+
+
+def _info_row(infos: dict, i: int) -> dict:
+    """The keys muzero_gym reads (``action_mask``, ``to_play``) of env ``i``'s info."""
+    out = {}
+    for key in INFO_KEYS:
+        if key in infos:
+            present = infos.get("_" + key)
+            if present is None or present[i]:
+                out[key] = infos[key][i]
+    return out
+
+
+def check_autoreset_mode(envs: gym.vector.VectorEnv) -> None:
+    """Self-play relies on NEXT_STEP autoreset; other modes would mix episodes silently."""
+    mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+    if str(getattr(mode, "value", mode)) not in ("NextStep", "next_step"):
+        raise ValueError(f"self-play needs a vector env in NEXT_STEP autoreset mode, got {mode}")
+
+
+class SelfPlay:
+    """Plays a vector of envs with batched search (see module doc)."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, network: MuZeroNetwork, search: BatchedMCTS,
+                 new_game: Callable[[], Game], search_config: SearchConfig,
+                 rng: np.random.Generator, device: torch.device | str = "cpu",
+                 add_noise: bool = True, greedy: bool = False):
+        check_autoreset_mode(envs)
+        self.envs = envs
+        self.network = network
+        self.search = search
+        self.new_game = new_game
+        self.search_config = search_config
+        self.rng = rng
+        self.add_noise = add_noise
+        self.greedy = greedy
+        self.num_envs = envs.num_envs
+        self.adapter = ModelSearchAdapter(network, search.settings.num_simulations, device)
+        self.games: list[Game] = []
+        self.pending_reset = np.zeros(self.num_envs, dtype=np.bool_)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Resets every env and starts a new game in each."""
+        observations, infos = self.envs.reset(seed=seed)
+        self.games = []
+        for i in range(self.num_envs):
+            game = self.new_game()
+            game.start(_row(observations, i), _info_row(infos, i))
+            self.games.append(game)
+        self.pending_reset[:] = False
+
+    @torch.inference_mode()
+    def step(self, training_step: int = 0) -> StepStats:
+        """One batched search and one vector env step."""
+        if not self.games:
+            raise RuntimeError("call reset() before step()")
+        self.network.eval()
+        games = self.games
+        images = np.stack([g.make_image() for g in games])
+        legal = np.stack([g.legal_action_mask() for g in games])
+        legal[self.pending_reset] = True  # a final state may have no legal action left
+        to_play = np.array([g.to_play() for g in games], dtype=np.int32)
+        root_value, root_logits = self.adapter.initial(images)
+        result = self.search.run(root_value, root_logits, self.adapter.recurrent_fn, legal,
+                                 to_play, self.rng, self.add_noise)
+        actions = self._choose_actions(result, training_step)
+
+        stats = StepStats()
+        active = ~self.pending_reset
+        for i in np.flatnonzero(active):
+            games[i].store_search_statistics(result.root_value[i], result.search_policy[i])
+        for i in np.flatnonzero(self.pending_reset):
+            game = games[i]
+            if game.truncated:
+                game.set_final_value(result.root_value[i])
+            stats.finished.append(game)
+            actions[i] = 0  # ignored by the env: this step resets it
+
+        observations, rewards, terminated, truncated, infos = self.envs.step(actions)
+        for i in range(self.num_envs):
+            if self.pending_reset[i]:
+                game = self.new_game()
+                game.start(_row(observations, i), _info_row(infos, i))
+                games[i] = game
+                self.pending_reset[i] = False
+                continue
+            games[i].record_step(int(actions[i]), float(rewards[i]), _row(observations, i),
+                                 bool(terminated[i]), bool(truncated[i]), _info_row(infos, i))
+            stats.num_transitions += 1
+            if games[i].done:
+                self.pending_reset[i] = True
+
+        if active.any():
+            policy = result.visit_counts[active] / result.visit_counts[active].sum(
+                axis=1, keepdims=True)
+            entropy = -(policy * np.log(np.where(policy > 0, policy, 1.0))).sum(axis=1)
+            stats.root_value = float(result.root_value[active].mean())
+            stats.visit_entropy = float(entropy.mean())
+            stats.max_depth = float(result.max_depth[active].mean())
+        return stats
+
+    def _choose_actions(self, result, training_step: int) -> np.ndarray:
+        if result.gumbel_action is not None:
+            if self.greedy or self.add_noise:
+                return result.gumbel_action.astype(np.int64)
+        if self.greedy:
+            return select_actions(result.visit_counts, 0.0, self.rng)
+        actions = np.empty(self.num_envs, dtype=np.int64)
+        temperatures = np.array([self.search_config.temperature(training_step, len(g))
+                                 for g in self.games])
+        for temperature in np.unique(temperatures):
+            rows = temperatures == temperature
+            actions[rows] = select_actions(result.visit_counts[rows], float(temperature),
+                                           self.rng)
+        return actions

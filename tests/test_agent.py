@@ -1,0 +1,131 @@
+"""MuZeroAgent and the CLI: tiny learn runs, TensorBoard tags, save/load, resume, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from muzero_gym.agents.muzero import MuZeroAgent
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from muzero_gym.checkpoint import CheckpointError, load_checkpoint
+from muzero_gym.cli import main
+from muzero_gym.config import load_config
+
+TINY = ["search.num_simulations=4", "env.num_envs=2", "train.batch_size=8",
+        "train.warmup_transitions=20", "train.replay_ratio=0.5", "train.eval_interval=60",
+        "train.eval_episodes=2", "log.log_interval=20", "log.checkpoint_interval=50",
+        "train.weight_sync_interval=5", "replay.capacity=2000"]
+
+TAGS = ["charts/episodic_return", "charts/episodic_length", "eval/return_mean", "losses/total",
+        "losses/value", "losses/reward", "losses/policy", "train/lr", "train/grad_norm",
+        "search/root_value", "search/visit_entropy", "search/max_depth",
+        "perf/env_steps_per_s", "perf/train_steps_per_s", "replay/size"]
+
+
+def tiny_agent(tmp_path, env_id="CartPole-v1", extra=()):
+    config = load_config("cartpole", [*TINY, f"env.id={env_id}", *extra])
+    return MuZeroAgent(config, run_dir=tmp_path / "run")
+
+
+def test_tiny_learn_on_cartpole_logs_every_tag_and_checkpoints(tmp_path):
+    agent = tiny_agent(tmp_path)
+    agent.learn(120, progress=False)
+    assert agent.env_steps >= 120 and agent.training_steps > 0 and agent.episodes > 0
+    run = tmp_path / "run"
+    assert (run / "checkpoint.pt").exists() and (run / "config.toml").exists()
+    events = EventAccumulator(str(run))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert set(TAGS) <= scalars, set(TAGS) - scalars
+    assert load_config(run / "config.toml").to_dict() == agent.config.to_dict()
+
+
+def test_tiny_learn_on_taxi_with_action_masks_and_reanalyse(tmp_path):
+    agent = tiny_agent(tmp_path, "Taxi-v4", ["env.max_episode_steps=30",
+                                             "train.reanalyse_fraction=0.5",
+                                             "train.reanalyse_policy=true",
+                                             "train.reanalyse_simulations=3"])
+    agent.learn(100, progress=False)
+    assert agent.training_steps > 0
+    for game in agent.replay.games():
+        for i, action in enumerate(game.actions):
+            assert game.legal_masks[i][action]  # never an illegal move
+
+
+def test_save_load_gives_identical_actions(tmp_path):
+    agent = tiny_agent(tmp_path)
+    agent.learn(60, progress=False)
+    path = agent.save(tmp_path / "agent.pt", include_replay=False)
+    loaded = MuZeroAgent.load(path)
+    observations = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+    for obs in observations:
+        assert agent.predict(obs) == loaded.predict(obs)
+    for a, b in zip(agent.network.parameters(), loaded.network.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_resume_continues_counters_and_replay(tmp_path):
+    agent = tiny_agent(tmp_path)
+    agent.learn(80, progress=False)
+    steps, learner_steps, episodes = agent.env_steps, agent.training_steps, agent.episodes
+    priorities = agent.replay.priorities()
+    resumed = MuZeroAgent.load(tmp_path / "run", run_dir=tmp_path / "run")
+    assert (resumed.env_steps, resumed.training_steps, resumed.episodes) == (
+        steps, learner_steps, episodes)
+    np.testing.assert_array_equal(resumed.replay.priorities(), priorities)
+    assert len(resumed.replay) == len(agent.replay)
+    assert resumed.rng.bit_generator.state == agent.rng.bit_generator.state
+    resumed.learn(160, progress=False)
+    assert resumed.env_steps >= 160 and resumed.training_steps > learner_steps
+    assert resumed.replay.num_games_added > agent.replay.num_games_added
+    state = load_checkpoint(tmp_path / "run")
+    assert state["counters"]["env_steps"] == resumed.env_steps
+
+
+def test_cli_train_and_eval(tmp_path, capsys):
+    args = ["train", "cartpole", "--env-steps", "60", "--logdir", str(tmp_path),
+            "--run-name", "r", "--no-progress", *[x for s in TINY for x in ("--set", s)]]
+    assert main(args) == 0
+    assert "done: " in capsys.readouterr().out
+    assert main(["eval", str(tmp_path / "r"), "--episodes", "2"]) == 0
+    assert "CartPole-v1: return" in capsys.readouterr().out
+    assert main(["train", "--resume", str(tmp_path / "r"), "--env-steps", "90",
+                 "--no-progress"]) == 0
+    assert load_checkpoint(tmp_path / "r")["counters"]["env_steps"] >= 90
+    # the same run name again would overwrite: refused
+    assert main(args) == 2
+    assert "already holds a run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "NoSuchEnv-v0"], "neither a preset"),
+    (["train", "Pendulum-v1"], "needs a Discrete action space"),
+    (["train", "cartpole", "--set", "search.num_simulations=-1"],
+     "search.num_simulations = -1: allowed range"),
+    (["train", "cartpole", "--set", "search.num_simulation=5"], "unknown config key"),
+])
+def test_cli_bad_input_is_one_clear_line(argv, message, capsys, tmp_path):
+    assert main([*argv, "--logdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_corrupt_and_foreign_checkpoints_are_refused(tmp_path, capsys):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    assert main(["eval", str(bad)]) == 2
+    assert "not a readable muzero_gym checkpoint" in capsys.readouterr().err
+    assert main(["train", "--resume", str(bad)]) == 2
+    assert (bad / "checkpoint.pt").read_bytes() == b"not a checkpoint"
+
+    agent = tiny_agent(tmp_path)
+    agent.save(tmp_path / "run", include_replay=False)
+    before = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    assert main(["train", "Acrobot-v1", "--resume", str(tmp_path / "run")]) == 2
+    assert "is for env 'CartPole-v1', not 'Acrobot-v1'" in capsys.readouterr().err
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
+    with pytest.raises(CheckpointError):
+        MuZeroAgent.load(tmp_path / "missing")
