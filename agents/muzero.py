@@ -89,6 +89,9 @@ class MuZeroAgent:
     # ---- construction helpers --------------------------------------------------------------
 
     def _set_threads(self) -> None:
+        # Subnormal floats appear as weights and gradients shrink during training and make CPU
+        # kernels several times slower (the backward pass went from 15 to 50 ms on CartPole).
+        torch.set_flush_denormal(True)
         threads = self.config.train.num_threads
         if threads == 0 and self.config.env.vectorization == "async":
             threads = 1  # env workers share the cores
@@ -182,19 +185,16 @@ class MuZeroAgent:
     def _train_once(self) -> None:
         train = self.config.train
         need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
+        need_unrolled = train.consistency_loss_weight > 0 or (
+            train.reanalyse_policy and train.reanalyse_fraction > 0)
         batch = self.replay.sample(train.batch_size, self.rng, with_bootstrap_inputs=need_bootstrap,
-                                   with_unrolled_inputs=train.reanalyse_policy
-                                   and train.reanalyse_fraction > 0)
+                                   with_unrolled_inputs=need_unrolled)
         if train.reanalyse_fraction > 0:
             reanalyse(batch, self.learner.target_network, self.reanalyse_search,
                       train.reanalyse_fraction, self.rng, train.reanalyse_policy, self.device)
-        if train.mixed_precision and self.device.type == "cuda":
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                metrics = self.learner.train_step(batch)
-        else:
-            metrics = self.learner.train_step(batch)
+        metrics = self.learner.train_step(batch)
         self.replay.update_priorities(batch.slots, batch.game_ids, metrics.pop("priorities"))
-        for key in ("total", "value", "reward", "policy"):
+        for key in ("total", "value", "reward", "policy", "consistency"):
             self._metrics[f"losses/{key}"].append(metrics[key])
         self._metrics["train/lr"].append(metrics["lr"])
         self._metrics["train/grad_norm"].append(metrics["grad_norm"])

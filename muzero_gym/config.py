@@ -155,6 +155,8 @@ class ModelConfig(_Section):
     downsample: bool = _field(True, "downsample images 16x as in the MuZero Atari network")
     value_support_size: int = _field(300, "categorical value support is [-n, n]", low=1)
     reward_support_size: int = _field(300, "categorical reward support is [-n, n]", low=1)
+    projection_size: int = _field(128, "width of the projection used by the consistency loss",
+                                  low=2)
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,6 @@ class TrainConfig(_Section):
     td_steps: int = _field(10, "n of the n-step value target", low=1)
     num_unroll_steps: int = _field(5, "K: steps the dynamics function is unrolled", low=1)
     batch_size: int = _field(256, "positions per learner step", low=1)
-    training_steps: int = _field(100_000, "learner steps of a full run", low=1)
     optimizer: str = _field("sgd", "sgd (with momentum) or adam", choices=("sgd", "adam"))
     lr_init: float = _field(0.05, "initial learning rate", low=0.0, low_open=True)
     lr_decay_rate: float = _field(0.1, "lr = lr_init * rate ** (step / decay_steps)",
@@ -243,6 +244,8 @@ class TrainConfig(_Section):
     weight_decay: float = _field(1e-4, "L2 weight decay", low=0.0)
     max_grad_norm: float = _field(5.0, "gradient clipping norm; 0 = no clipping", low=0.0)
     value_loss_weight: float = _field(0.25, "weight of the value loss", low=0.0)
+    consistency_loss_weight: float = _field(
+        0.0, "weight of EfficientZero's self-supervised consistency loss; 0 = off", low=0.0)
     target_update_interval: int = _field(200, "learner steps between target network refreshes",
                                          low=1)
     bootstrap_source: str = _field(

@@ -8,7 +8,10 @@ dynamics function K steps from the representation of the sampled observations, a
 weighted per sample by the importance weights, where scale_0 = 1 and scale_k = 1/K for the
 unrolled steps (the reference's ``gradient_scale``), value and reward are cross-entropies against
 two-hot targets on the supports, and the gradient entering the dynamics function is halved.
-Weight decay is the optimizer's L2 term, as in the reference. The learning rate follows
+Weight decay is the optimizer's L2 term, as in the reference. With ``consistency_loss_weight``
+> 0, EfficientZero's self-supervised consistency loss (negative cosine similarity between the
+projected unrolled hidden state and the stop-gradient projection of the real next observation's
+representation) is added per unrolled step. The learning rate follows
 ``lr_init * lr_decay_rate ** (step / lr_decay_steps)`` after an optional linear warm-up. A target
 network, refreshed every ``target_update_interval`` steps, supplies bootstrap values when
 ``train.bootstrap_source = "target_network"``.
@@ -100,6 +103,19 @@ class Learner:
         value_support = scalar_to_support(target_value, net.value_support_size)
         reward_support = scalar_to_support(target_reward, net.reward_support_size)
 
+        consistency = self.config.consistency_loss_weight > 0
+        if consistency:
+            if batch.unrolled is None:
+                raise ValueError("consistency_loss_weight > 0 needs batches sampled with "
+                                 "with_unrolled_inputs=True")
+            next_obs = self._tensor(batch.unrolled.observations)
+            with torch.no_grad():
+                target_projection = net.project(
+                    net.representation(next_obs[:, 1:].flatten(0, 1)), with_head=False
+                ).view(next_obs.shape[0], num_unroll, -1)
+            consistency_mask = self._tensor(batch.unrolled.valid[:, 1:], torch.float32)
+        consistency_loss = torch.zeros(observations.shape[0], device=self.device)
+
         out = net.initial_inference(observations)
         root_value = net.value_scalar(out.value_logits.detach())
         value_loss = _cross_entropy(out.value_logits, value_support[:, 0]) * value_mask[:, 0]
@@ -117,10 +133,17 @@ class Learner:
                 out.reward_logits, reward_support[:, k])
             policy_loss = policy_loss + step_scale * policy_mask[:, k] * _cross_entropy(
                 out.policy_logits, target_policy[:, k])
-        per_sample = self.config.value_loss_weight * value_loss + reward_loss + policy_loss
+            if consistency:
+                similarity = F.cosine_similarity(net.project(hidden, with_head=True),
+                                                 target_projection[:, k - 1], dim=-1)
+                consistency_loss = consistency_loss - step_scale * consistency_mask[:, k - 1] \
+                    * similarity
+        per_sample = (self.config.value_loss_weight * value_loss + reward_loss + policy_loss
+                      + self.config.consistency_loss_weight * consistency_loss)
         total = (weights * per_sample).mean()
         parts = {"value": value_loss.mean().detach(), "reward": reward_loss.mean().detach(),
-                 "policy": policy_loss.mean().detach()}
+                 "policy": policy_loss.mean().detach(),
+                 "consistency": consistency_loss.mean().detach()}
         priority_error = (root_value - target_value[:, 0].detach()).abs()
         return total, parts, priority_error
 
@@ -130,7 +153,9 @@ class Learner:
         lr = learning_rate(self.config, self.training_step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total, parts, priorities = self.compute_loss(batch)
+        use_amp = self.config.mixed_precision and self.device.type == "cuda"
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
+            total, parts, priorities = self.compute_loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
@@ -141,7 +166,7 @@ class Learner:
             self.update_target_network()
         return {"total": float(total.detach()), **{k: float(v) for k, v in parts.items()},
                 "lr": lr, "grad_norm": float(grad_norm),
-                "priorities": priorities.cpu().numpy()}
+                "priorities": priorities.float().cpu().numpy()}
 
     def update_target_network(self) -> None:
         self.target_network.load_state_dict(self.network.state_dict())

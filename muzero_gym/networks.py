@@ -55,6 +55,23 @@ class MuZeroNetwork(nn.Module):
         self.num_actions = num_actions
         self.value_support_size = value_support_size
         self.reward_support_size = reward_support_size
+        self.projection: nn.Module | None = None
+        self.projection_head: nn.Module | None = None
+
+    def _build_projection(self, in_features: int, size: int) -> None:
+        """Projection and prediction head of EfficientZero's consistency loss (SimSiam)."""
+        self.projection = nn.Sequential(
+            nn.Linear(in_features, size), nn.LayerNorm(size), nn.ReLU(), nn.Linear(size, size))
+        half = max(1, size // 2)
+        self.projection_head = nn.Sequential(
+            nn.Linear(size, half), nn.LayerNorm(half), nn.ReLU(), nn.Linear(half, size))
+
+    def project(self, hidden: torch.Tensor, with_head: bool) -> torch.Tensor:
+        """Projection of hidden states for the consistency loss; the prediction head is applied
+        to the unrolled (online) branch only."""
+        assert self.projection is not None and self.projection_head is not None
+        x = self.projection(hidden.flatten(1))
+        return self.projection_head(x) if with_head else x
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -118,6 +135,7 @@ class MLPNetwork(MuZeroNetwork):
         self.prediction_trunk.append(nn.ReLU())
         self.policy_head = _mlp([width, num_actions], zero_last=True)
         self.value_head = _mlp([width, 2 * config.value_support_size + 1], zero_last=True)
+        self._build_projection(hidden, config.projection_size)
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
         return _scale_hidden(self.representation_net(observation.float().flatten(1)))
@@ -210,6 +228,7 @@ class ResNetNetwork(MuZeroNetwork):
                                                 for _ in range(num_blocks)])
         self.value_head = _conv_head(channels, spatial, 2 * config.value_support_size + 1)
         self.policy_head = _conv_head(channels, spatial, num_actions)
+        self._build_projection(channels * spatial, config.projection_size)
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
         x = observation.float()

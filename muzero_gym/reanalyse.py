@@ -19,9 +19,9 @@ from muzero_gym.replay import Batch, SearchInputs
 
 
 def _search(network: MuZeroNetwork, search: BatchedMCTS, inputs: SearchInputs,
-            chosen: np.ndarray, rng: np.random.Generator, device: torch.device | str):
-    """Searches the valid states of the chosen rows; returns (row, step) indices and results."""
-    mask = inputs.valid & chosen[:, None]
+            mask: np.ndarray, rng: np.random.Generator, device: torch.device | str):
+    """Searches the states where ``mask`` [B, K + 1] is True; returns their (row, step) indices
+    and the search result."""
     rows, steps = np.nonzero(mask)
     if rows.size == 0:
         return rows, steps, None
@@ -51,13 +51,15 @@ def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fractio
     network.eval()
     try:
         chosen = rng.random(batch.observations.shape[0]) < fraction
-        rows, steps, result = _search(network, search, batch.bootstrap, chosen, rng, device)
+        rows, steps, result = _search(network, search, batch.bootstrap,
+                                      batch.bootstrap.valid & chosen[:, None], rng, device)
         if result is not None:
             batch.target_value[rows, steps] = (batch.reward_sum[rows, steps]
                                                + batch.bootstrap_scale[rows, steps]
                                                * result.root_value)
         if refresh_policy:
-            rows, steps, result = _search(network, search, batch.unrolled, chosen, rng, device)
+            mask = batch.unrolled.valid & batch.policy_mask & chosen[:, None]
+            rows, steps, result = _search(network, search, batch.unrolled, mask, rng, device)
             if result is not None:
                 batch.target_policy[rows, steps] = result.search_policy
     finally:

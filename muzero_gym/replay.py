@@ -55,7 +55,8 @@ class Batch:
     reward_sum: np.ndarray  # [B, K + 1] reward part of the value targets
     bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
     bootstrap: SearchInputs | None = None  # the states value targets bootstrap from
-    unrolled: SearchInputs | None = None  # the states at positions index .. index + K
+    unrolled: SearchInputs | None = None  # the states at positions index .. index + K (valid
+    # up to the episode's final state)
 
 
 class _StoredGame:
@@ -223,7 +224,8 @@ class ReplayBuffer:
             batch.bootstrap = self._search_inputs(stored, boot, boot >= 0)
         if with_unrolled_inputs:
             index = steps[:, None] + np.arange(k + 1)
-            batch.unrolled = self._search_inputs(stored, index, batch.policy_mask)
+            lengths = np.array([len(g.game) for g in stored])[:, None]
+            batch.unrolled = self._search_inputs(stored, index, index <= lengths)
         return batch
 
     def _search_inputs(self, stored: list[_StoredGame], index: np.ndarray,

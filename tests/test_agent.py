@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from muzero_gym.agents.muzero import MuZeroAgent
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.checkpoint import CheckpointError, load_checkpoint
 from muzero_gym.cli import main
 from muzero_gym.config import load_config

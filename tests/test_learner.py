@@ -109,3 +109,16 @@ def test_state_dict_round_trip(tmp_path):
     a = learner.train_step(batch)
     b = other.train_step(batch)
     assert a["total"] == pytest.approx(b["total"], rel=1e-6)
+
+
+def test_consistency_loss_trains_the_projection():
+    learner = make_learner(consistency_loss_weight=2.0)
+    replay = filled_replay()
+    batch = replay.sample(32, np.random.default_rng(0), with_unrolled_inputs=True)
+    before = learner.compute_loss(batch)[1]["consistency"].item()
+    for _ in range(30):
+        learner.train_step(batch)
+    after = learner.compute_loss(batch)[1]["consistency"].item()
+    assert -1.0 <= after < before <= 0.0 + 1e-6
+    with pytest.raises(ValueError, match="with_unrolled_inputs"):
+        learner.compute_loss(replay.sample(4, np.random.default_rng(0)))

@@ -93,3 +93,21 @@ def test_plan_runs_a_batched_search_with_a_real_model():
     assert result.visit_counts.sum(axis=1).tolist() == [10, 10]
     assert result.visit_counts[0, 2] == 0
     assert net.training  # plan restores the mode it found
+
+
+def test_numpy_inference_matches_torch():
+    from muzero_gym.numpy_inference import NumpyMLP, torch_reference
+
+    torch.manual_seed(0)
+    net = build_network(ModelConfig(hidden_size=8, layer_size=16, value_support_size=5,
+                                    reward_support_size=3), (4,), 3)
+    for p in net.parameters():  # non-zero heads, so every output is exercised
+        torch.nn.init.normal_(p, std=0.3)
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    actions = np.array([0, 1, 2, 1, 0])
+    fast = NumpyMLP(net)
+    hidden, value, logits = fast.initial(obs)
+    nxt, reward, value2, logits2 = fast.recurrent(hidden, actions)
+    expected = torch_reference(net, obs, actions)
+    for got, want in zip((hidden, value, logits, nxt, reward, value2, logits2), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -127,3 +127,21 @@ def test_unfinished_games_and_empty_buffers_are_errors():
         replay.add_game(game)
     with pytest.raises(ValueError, match="empty replay"):
         replay.sample(4, np.random.default_rng(0))
+
+
+def test_unrolled_and_bootstrap_inputs_point_at_the_right_states():
+    replay = buffer(capacity=10)
+    replay.add_game(make_game(4, start=0))
+    batch = replay.sample(64, np.random.default_rng(0), with_bootstrap_inputs=True,
+                          with_unrolled_inputs=True)
+    steps = replay._slot_step[batch.slots]
+    for row, step in enumerate(steps):
+        for k in range(3):
+            position = step + k
+            assert batch.unrolled.valid[row, k] == (position <= 4)
+            if position <= 4:
+                assert batch.unrolled.observations[row, k, 0] == position
+            boot = position + 2  # td_steps = 2; the game terminates after 4 actions
+            assert batch.bootstrap.valid[row, k] == (boot < 4)
+            if boot < 4:
+                assert batch.bootstrap.observations[row, k, 0] == boot

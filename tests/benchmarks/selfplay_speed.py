@@ -12,8 +12,8 @@ import argparse
 import time
 
 import numpy as np
-from muzero_gym.agents.muzero import MuZeroAgent
 
+from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.config import load_config
 from muzero_gym.environment import make_vector_env
 from muzero_gym.selfplay import SelfPlay
