@@ -6,7 +6,8 @@
     action = agent.predict(observation)
     agent.save("agent.pt"); agent = MuZeroAgent.load("agent.pt")
 
-``learn`` runs one loop on one process: a batched search steps all envs of a vector env, finished
+``learn`` runs one loop on one process (its envs stay open between calls, so episodes in
+progress carry on; ``close`` ends them): a batched search steps all envs of a vector env, finished
 games go to the replay buffer, and the learner takes ``replay_ratio`` steps per env step once
 ``warmup_transitions`` are stored. Self-play uses its own copy of the weights, refreshed every
 ``weight_sync_interval`` learner steps. With a ``run_dir`` it logs to TensorBoard and writes a
@@ -119,11 +120,7 @@ class MuZeroAgent:
         (counting the steps of earlier ``learn`` calls and of a resumed checkpoint)."""
         config = self.config
         show = config.log.progress if progress is None else progress
-        envs = make_vector_env(config.env)
-        selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
-                            config.search, self.rng, self.inference_device)
-        selfplay.reset(seed=int(self.rng.integers(2**31)))
-        self._selfplay = selfplay
+        selfplay = self._start_selfplay()
         if self.run_dir is not None and self._logger is None:
             self._logger = RunLogger(self.run_dir)
             if not (self.run_dir / "config.toml").exists():
@@ -164,14 +161,34 @@ class MuZeroAgent:
                     fields["eval"] = f"{self.last_eval_return:.1f}"
                 bar.update(self.env_steps, **fields)
         finally:
-            self._selfplay = None
             bar.close()
-            envs.close()
             if self.run_dir is not None:
                 self.save(self.run_dir)
             if self._logger is not None:
                 self._logger.flush()
         return self
+
+    def _start_selfplay(self) -> SelfPlay:
+        """The self-play envs, created on first use and kept between ``learn`` calls so that
+        episodes in progress carry on."""
+        if self._selfplay is None:
+            envs = make_vector_env(self.config.env)
+            self._selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
+                                      self.config.search, self.rng, self.inference_device)
+            self._selfplay.reset(seed=int(self.rng.integers(2**31)))
+        return self._selfplay
+
+    def close(self) -> None:
+        """Closes the self-play envs (episodes in progress are dropped)."""
+        if self._selfplay is not None:
+            self._selfplay.envs.close()
+            self._selfplay = None
+
+    def __enter__(self) -> MuZeroAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _store_game(self, game: Game) -> None:
         self.replay.add_game(game)

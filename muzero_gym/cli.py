@@ -118,7 +118,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"training {config.env.id} ({config.preset}) -> {run_dir}")
     total = args.env_steps if args.env_steps is not None else agent.config.train.env_steps
     try:
-        agent.learn(total, progress=not args.no_progress and agent.config.log.progress)
+        with agent:
+            agent.learn(total, progress=not args.no_progress and agent.config.log.progress)
     except KeyboardInterrupt:
         print(f"\ninterrupted at {agent.env_steps:,} env steps; checkpoint saved in {run_dir}; "
               f"continue with: muzero-gym train --resume {run_dir}", file=sys.stderr)
