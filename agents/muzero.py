@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ class MuZeroAgent:
         self.search = BatchedMCTS(settings, self.num_actions)
         reanalyse_sims = train.reanalyse_simulations or settings.num_simulations
         self.reanalyse_search = BatchedMCTS(
-            SearchSettings(**{**settings.__dict__, "num_simulations": reanalyse_sims}),
+            dataclasses.replace(settings, num_simulations=reanalyse_sims),
             self.num_actions)
         self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
                                    num_unroll_steps=train.num_unroll_steps,

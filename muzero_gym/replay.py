@@ -68,7 +68,7 @@ class _StoredGame:
     """
 
     __slots__ = ("game", "slots", "parts", "values", "targets", "reward_sum", "bootstrap_scale",
-                 "bootstrap_index", "actions", "images")
+                 "bootstrap_index", "actions", "images", "legal", "to_play")
 
     def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float,
                  num_unroll_steps: int):
@@ -92,9 +92,17 @@ class _StoredGame:
                                        np.full(pad, -1, dtype=np.int64)])
         self.images = None if game.encoder.is_image else np.stack(
             [game.make_image(i) for i in range(length + 1)])
+        self.legal = np.stack(game.legal_masks)
+        self.to_play = np.asarray(game.to_play_history, dtype=np.int64)
 
     def image(self, index: int) -> np.ndarray:
         return self.images[index] if self.images is not None else self.game.make_image(index)
+
+    def stacked_images(self, indices: np.ndarray) -> np.ndarray:
+        """Model inputs of several states [n, ...]."""
+        if self.images is not None:
+            return self.images[indices]
+        return np.stack([self.game.make_image(int(i)) for i in indices])
 
 
 class ReplayBuffer:
@@ -235,12 +243,12 @@ class ReplayBuffer:
         observations = np.zeros((*index.shape, *first.shape), dtype=first.dtype)
         legal = np.ones((*index.shape, self.num_actions), dtype=np.bool_)
         to_play = np.zeros(index.shape, dtype=np.int64)
-        for b, k in zip(*np.nonzero(valid)):
-            game = stored[b].game
-            i = int(index[b, k])
-            observations[b, k] = stored[b].image(i)
-            legal[b, k] = game.legal_masks[i]
-            to_play[b, k] = game.to_play_history[i]
+        for b in np.flatnonzero(valid.any(axis=1)):
+            rows = valid[b]
+            states = index[b, rows]
+            observations[b, rows] = stored[b].stacked_images(states)
+            legal[b, rows] = stored[b].legal[states]
+            to_play[b, rows] = stored[b].to_play[states]
         legal[~legal.any(axis=-1)] = True  # final states may have no legal action
         return SearchInputs(observations, legal, to_play, valid.astype(np.bool_))
 
