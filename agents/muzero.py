@@ -27,19 +27,22 @@ from typing import Any
 import numpy as np
 import torch
 
+from muzero_gym.arena import MatchResult, Opponent, play_matches
 from muzero_gym.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from muzero_gym.config import Config, config_from_dict
 from muzero_gym.environment import make_env, make_vector_env
+from muzero_gym.envs.opponents import make_opponent
 from muzero_gym.game import Game, ObservationEncoder, stacked_shape
 from muzero_gym.inference import plan
 from muzero_gym.learner import Learner, resolve_device
-from muzero_gym.mcts import BatchedMCTS, SearchSettings, select_actions
+from muzero_gym.mcts import BatchedMCTS, SearchResult, SearchSettings, select_actions
 from muzero_gym.networks import build_network
 from muzero_gym.progress import Progress
 from muzero_gym.reanalyse import reanalyse
 from muzero_gym.replay import ReplayBuffer
 from muzero_gym.run_log import RunLogger
 from muzero_gym.selfplay import SelfPlay
+from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
 
 CHECKPOINT_VERSION = 1
 
@@ -58,7 +61,15 @@ class MuZeroAgent:
         probe = make_env(config.env)
         self.observation_space = probe.observation_space
         self.num_actions = int(probe.action_space.n)
-        probe.close()
+        try:
+            if config.search.simulator:
+                check_simulator_env(probe)
+                if config.env.num_stacked_observations != 1 or config.env.stack_actions:
+                    raise SimulatorError(
+                        "search.simulator = true evaluates single observations: set "
+                        "env.num_stacked_observations = 1 and env.stack_actions = false")
+        finally:
+            probe.close()
         self.encoder = ObservationEncoder(self.observation_space)
         self.input_shape = stacked_shape(self.encoder, config.env.num_stacked_observations,
                                          config.env.stack_actions, self.num_actions)
@@ -87,6 +98,7 @@ class MuZeroAgent:
         self._metrics: dict[str, list[float]] = collections.defaultdict(list)
         self._recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.last_eval_return: float | None = None
+        self._acting_simulator: SimulatorSearchAdapter | None = None
 
     # ---- construction helpers --------------------------------------------------------------
 
@@ -169,13 +181,22 @@ class MuZeroAgent:
                 self._logger.flush()
         return self
 
+    def _new_simulator(self) -> SimulatorSearchAdapter | None:
+        """A true-simulator adapter over a scratch env when ``search.simulator`` is on."""
+        if not self.config.search.simulator:
+            return None
+        return SimulatorSearchAdapter(self.selfplay_network, self.encoder,
+                                      make_env(self.config.env), self.num_actions,
+                                      self.inference_device)
+
     def _start_selfplay(self) -> SelfPlay:
         """The self-play envs, created on first use and kept between ``learn`` calls so that
         episodes in progress carry on."""
         if self._selfplay is None:
             envs = make_vector_env(self.config.env)
             self._selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
-                                      self.config.search, self.rng, self.inference_device)
+                                      self.config.search, self.rng, self.inference_device,
+                                      simulator=self._new_simulator())
             self._selfplay.reset(seed=int(self.rng.integers(2**31)))
         return self._selfplay
 
@@ -222,7 +243,9 @@ class MuZeroAgent:
         self.selfplay_network.load_state_dict(self.learner.network.state_dict())
         self._last_sync_step = self.training_steps
         if self._selfplay is not None:
-            self._selfplay.adapter.refresh()
+            self._selfplay.refresh()
+        if self._acting_simulator is not None:
+            self._acting_simulator.refresh()
 
     def _log(self, elapsed: float, env_steps: int, train_steps: int) -> None:
         if self._logger is None:
@@ -236,11 +259,47 @@ class MuZeroAgent:
         self._metrics.clear()
 
     def _evaluate_and_log(self) -> None:
-        returns = self.evaluate(self.config.train.eval_episodes)
-        self.last_eval_return = float(np.mean(returns))
+        train = self.config.train
+        if self.config.env.num_players == 2:
+            opponent = make_opponent(train.eval_opponent, train.eval_opponent_depth,
+                                     seed=int(self.rng.integers(2**31)))
+            result = self.play_against(opponent, train.eval_episodes)
+            self.last_eval_return = result.win_rate - result.loss_rate
+            scalars = {"eval/win_rate": result.win_rate, "eval/draw_rate": result.draw_rate,
+                       "eval/loss_rate": result.loss_rate}
+        else:
+            self.last_eval_return = float(np.mean(self.evaluate(train.eval_episodes)))
+            scalars = {"eval/return_mean": self.last_eval_return}
         if self._logger is not None:
-            self._logger.scalars({"eval/return_mean": self.last_eval_return}, self.env_steps)
+            self._logger.scalars(scalars, self.env_steps)
             self._logger.flush()
+
+    def play_against(self, opponent: Opponent, num_games: int, seed: int | None = None,
+                     agent_seats: tuple[int, ...] = (0, 1), progress: bool = False
+                     ) -> MatchResult:
+        """Greedy games against ``opponent`` (two-player envs); by default half of them with
+        the agent moving first (see :func:`muzero_gym.arena.play_matches`)."""
+        self.sync_selfplay_weights()
+        return play_matches(self, opponent, num_games, seed=seed, agent_seats=agent_seats,
+                            progress=progress)
+
+    def search_positions(self, images: np.ndarray, legal_action_mask: np.ndarray | None = None,
+                         to_play: np.ndarray | None = None, states: list | None = None,
+                         add_noise: bool = False) -> SearchResult:
+        """One batched search from model inputs [B, ...] with the acting weights. With
+        ``search.simulator`` on, ``states`` (the envs' ``get_state()``) must be given."""
+        if not self.config.search.simulator:
+            return plan(self.selfplay_network, self.search, images, legal_action_mask, to_play,
+                        self.rng, add_noise=add_noise, device=self.inference_device)
+        if states is None:
+            raise ValueError("search.simulator = true: pass the envs' get_state() as states")
+        if self._acting_simulator is None:
+            self._acting_simulator = self._new_simulator()
+        simulator = self._acting_simulator
+        with torch.inference_mode():
+            root_value, root_logits = simulator.initial(images, states)
+            return self.search.run(root_value, root_logits, simulator.recurrent_fn,
+                                   legal_action_mask, to_play, self.rng, add_noise)
 
     # ---- acting -----------------------------------------------------------------------------
 
@@ -257,7 +316,7 @@ class MuZeroAgent:
         eval_rng = np.random.default_rng(self.rng.integers(2**31) if seed is None else seed)
         player = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
                           self.config.search, eval_rng, self.inference_device, add_noise=False,
-                          greedy=True)
+                          greedy=True, simulator=self._new_simulator())
         quota = [num_episodes // num_envs + (i < num_episodes % num_envs)
                  for i in range(num_envs)]
         returns: list[float] = []
@@ -286,9 +345,11 @@ class MuZeroAgent:
                                     self.config.env.stack_actions, self.config.env.num_players)
                 game.reset(seed=None if seed is None else seed + episode)
                 while not game.done:
-                    result = plan(self.selfplay_network, self.search, game.make_image()[None],
-                                  game.legal_action_mask()[None], np.array([game.to_play()]),
-                                  self.rng, add_noise=False, device=self.inference_device)
+                    states = [env.unwrapped.get_state()] if self.config.search.simulator \
+                        else None
+                    result = self.search_positions(game.make_image()[None],
+                                                   game.legal_action_mask()[None],
+                                                   np.array([game.to_play()]), states)
                     game.store_search_statistics(result.root_value[0], result.search_policy[0])
                     game.apply(int(result.visit_counts[0].argmax()))
                 returns.append(float(sum(game.rewards)))
@@ -297,16 +358,17 @@ class MuZeroAgent:
         return np.asarray(returns)
 
     def predict(self, observation: Any, legal_action_mask: np.ndarray | None = None,
-                to_play: int = 0, deterministic: bool = True) -> int:
+                to_play: int = 0, deterministic: bool = True, state: Any = None) -> int:
         """The action the search picks for one raw env observation (most visited when
         ``deterministic``, else sampled from the visit counts). With stacked observations the
-        observation is repeated to fill the stack; use a ``Game`` for histories."""
+        observation is repeated to fill the stack; use a ``Game`` for histories. With
+        ``search.simulator`` on, ``state`` is the env's ``get_state()``."""
         game = self.new_game()
         game.start(observation, {} if legal_action_mask is None
                    else {"action_mask": legal_action_mask})
-        result = plan(self.selfplay_network, self.search, game.make_image()[None],
-                      game.legal_action_mask()[None], np.array([to_play]), self.rng,
-                      add_noise=False, device=self.inference_device)
+        result = self.search_positions(game.make_image()[None], game.legal_action_mask()[None],
+                                       np.array([to_play]),
+                                       None if state is None else [state])
         temperature = 0.0 if deterministic else 1.0
         return int(select_actions(result.visit_counts, temperature, self.rng)[0])
 

@@ -7,6 +7,9 @@ Examples::
     muzero-gym train my_config.toml --set search.num_simulations=25 --seed 3
     muzero-gym train --resume runs/CartPole-v1__cartpole__0__1764400000
     muzero-gym eval runs/CartPole-v1__cartpole__0__1764400000 --episodes 20
+    muzero-gym train tictactoe                      # two-player, true-simulator search
+    muzero-gym eval runs/<tictactoe run> --opponent perfect --episodes 100
+    muzero-gym play runs/<tictactoe run> --human-first
     muzero-gym presets
     muzero-gym config cartpole --set train.lr_init=0.001
 """
@@ -49,6 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
     evaluate.add_argument("--render", action="store_true", help="show the env while playing")
     evaluate.add_argument("--seed", type=int, help="seed of the evaluation envs")
+    evaluate.add_argument("--opponent", choices=("random", "perfect", "alphabeta"),
+                          help="two-player games: opponent (default train.eval_opponent)")
+    evaluate.add_argument("--depth", type=int, help="search depth of the alphabeta opponent")
+
+    play = sub.add_parser("play", help="play against a trained agent in the terminal")
+    play.add_argument("checkpoint", help="a run folder or a checkpoint file")
+    play.add_argument("--human-first", action="store_true", help="you move first (two players)")
+    play.add_argument("--watch", action="store_true", help="the agent plays both sides")
+    play.add_argument("--seed", type=int, help="seed of the env")
 
     sub.add_parser("presets", help="list the shipped presets")
     config = sub.add_parser("config", help="print the resolved config as TOML")
@@ -124,11 +136,26 @@ def _train(args: argparse.Namespace) -> int:
         print(f"\ninterrupted at {agent.env_steps:,} env steps; checkpoint saved in {run_dir}; "
               f"continue with: muzero-gym train --resume {run_dir}", file=sys.stderr)
         return 130
-    returns = agent.evaluate(agent.config.train.eval_episodes, progress=False)
+    train = agent.config.train
+    if agent.config.env.num_players == 2:
+        result = agent.play_against(_opponent(train.eval_opponent, train.eval_opponent_depth,
+                                              train.seed), train.eval_episodes)
+        summary = f"against {train.eval_opponent}: {result.summary()}"
+    else:
+        returns = agent.evaluate(train.eval_episodes, progress=False)
+        summary = (f"eval return {returns.mean():.1f} +- {returns.std():.1f} over "
+                   f"{len(returns)} episodes")
     print(f"done: {agent.env_steps:,} env steps, {agent.training_steps:,} learner steps, "
-          f"eval return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} "
-          f"episodes; run folder {run_dir}")
+          f"{summary}; run folder {run_dir}")
     return 0
+
+
+def _opponent(name: str, depth: int, seed: int | None):
+    from muzero_gym.envs.opponents import make_opponent
+
+    if depth < 1:
+        raise ConfigError(f"--depth = {depth}: must be >= 1")
+    return make_opponent(name, depth, seed)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -137,9 +164,25 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise ConfigError(f"--episodes = {args.episodes}: must be >= 1")
     agent = MuZeroAgent.load(args.checkpoint)
+    train = agent.config.train
+    if agent.config.env.num_players == 2:
+        name = args.opponent or train.eval_opponent
+        opponent = _opponent(name, args.depth or train.eval_opponent_depth, args.seed)
+        result = agent.play_against(opponent, args.episodes, seed=args.seed, progress=True)
+        print(f"{agent.config.env.id} against {name}: {result.summary()}")
+        return 0
     returns = agent.evaluate(args.episodes, render=args.render, progress=True, seed=args.seed)
     print(f"{agent.config.env.id}: return {np.mean(returns):.1f} +- {np.std(returns):.1f} "
           f"over {len(returns)} episodes (min {np.min(returns):.1f}, max {np.max(returns):.1f})")
+    return 0
+
+
+def _play(args: argparse.Namespace) -> int:
+    from muzero_gym.agents.muzero import MuZeroAgent
+    from muzero_gym.play import play_in_terminal
+
+    agent = MuZeroAgent.load(args.checkpoint)
+    play_in_terminal(agent, human_first=args.human_first, watch=args.watch, seed=args.seed)
     return 0
 
 
@@ -159,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "train":
             return _train(args)
+        if args.command == "play":
+            return _play(args)
         return _evaluate(args)
     except (ConfigError, EnvError, SpaceError, CheckpointError) as e:
         print(f"muzero-gym: error: {e}", file=sys.stderr)

@@ -185,6 +185,9 @@ class SearchConfig(_Section):
                                        low=0.0)
     temperature_zero_after_moves: int = _field(
         0, "moves after which an episode plays greedily (board games: 30); 0 = never", low=0)
+    simulator: bool = _field(
+        False, "search steps copies of the real env (get_state/set_state) instead of the "
+        "learned dynamics")
 
     def _check(self) -> None:
         if self.known_bounds and (len(self.known_bounds) != 2
@@ -270,6 +273,10 @@ class TrainConfig(_Section):
                                         low=0)
     eval_interval: int = _field(5000, "env steps between evaluations; 0 = never", low=0)
     eval_episodes: int = _field(20, "episodes per evaluation", low=1)
+    eval_opponent: str = _field(
+        "random", "two-player evaluation opponent: random, perfect (exhaustive alpha-beta, small "
+        "games) or alphabeta (depth-limited)", choices=("random", "perfect", "alphabeta"))
+    eval_opponent_depth: int = _field(2, "search depth of the alphabeta opponent", low=1)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ batch holds the final observation instead, its search value becomes the bootstra
 truncated game (:meth:`Game.set_final_value`), the finished game is handed out, and the reset
 observation starts the next game.
 
-Evaluation uses the same class with ``add_noise=False`` and ``greedy=True``.
+Evaluation uses the same class with ``add_noise=False`` and ``greedy=True``. With a
+:class:`~muzero_gym.simulator.SimulatorSearchAdapter` the search steps copies of the envs' real
+states (fetched with ``envs.call("get_state")``) instead of the learned dynamics.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from muzero_gym.game import Game
 from muzero_gym.inference import ModelSearchAdapter
 from muzero_gym.mcts import BatchedMCTS, select_actions
 from muzero_gym.networks import MuZeroNetwork
+from muzero_gym.simulator import SimulatorSearchAdapter
 
 INFO_KEYS = ("action_mask", "to_play")
 
@@ -76,7 +79,8 @@ class SelfPlay:
     def __init__(self, envs: gym.vector.VectorEnv, network: MuZeroNetwork, search: BatchedMCTS,
                  new_game: Callable[[], Game], search_config: SearchConfig,
                  rng: np.random.Generator, device: torch.device | str = "cpu",
-                 add_noise: bool = True, greedy: bool = False):
+                 add_noise: bool = True, greedy: bool = False,
+                 simulator: SimulatorSearchAdapter | None = None):
         check_autoreset_mode(envs)
         self.envs = envs
         self.network = network
@@ -87,6 +91,7 @@ class SelfPlay:
         self.add_noise = add_noise
         self.greedy = greedy
         self.num_envs = envs.num_envs
+        self.simulator = simulator
         self.adapter = ModelSearchAdapter(network, search.settings.num_simulations, device)
         self.games: list[Game] = []
         self.pending_reset = np.zeros(self.num_envs, dtype=np.bool_)
@@ -101,6 +106,12 @@ class SelfPlay:
             self.games.append(game)
         self.pending_reset[:] = False
 
+    def refresh(self) -> None:
+        """Call after the network's weights change."""
+        self.adapter.refresh()
+        if self.simulator is not None:
+            self.simulator.refresh()
+
     @torch.inference_mode()
     def step(self, training_step: int = 0) -> StepStats:
         """One batched search and one vector env step."""
@@ -112,9 +123,15 @@ class SelfPlay:
         legal = np.stack([g.legal_action_mask() for g in games])
         legal[self.pending_reset] = True  # a final state may have no legal action left
         to_play = np.array([g.to_play() for g in games], dtype=np.int32)
-        root_value, root_logits = self.adapter.initial(images)
-        result = self.search.run(root_value, root_logits, self.adapter.recurrent_fn, legal,
-                                 to_play, self.rng, self.add_noise)
+        if self.simulator is not None:
+            states = self.envs.call("get_state")
+            root_value, root_logits = self.simulator.initial(images, states, self.pending_reset)
+            recurrent_fn = self.simulator.recurrent_fn
+        else:
+            root_value, root_logits = self.adapter.initial(images)
+            recurrent_fn = self.adapter.recurrent_fn
+        result = self.search.run(root_value, root_logits, recurrent_fn, legal, to_play,
+                                 self.rng, self.add_noise)
         actions = self._choose_actions(result, training_step)
 
         stats = StepStats()

@@ -5,11 +5,13 @@ arrays). This module owns those arrays, draws root noise, calls the model callba
 finished trees into search results. It does not import torch: the model is reached only through
 
     recurrent_fn(parent_index [B] int32, action [B] int32, node_index: int)
-        -> (reward [B], value [B], policy_logits [B, A])
+        -> (reward [B], value [B], policy_logits [B, A][, legal [B, A] bool])
 
 which must compute the dynamics + prediction step from the hidden state of node
 ``parent_index[b]`` of row ``b`` and remember the new hidden state as node ``node_index`` of every
-row (see :class:`muzero_gym.inference.ModelSearchAdapter`).
+row (see :class:`muzero_gym.inference.ModelSearchAdapter`). A callback that knows the legal
+actions of the new nodes (a true simulator, :mod:`muzero_gym.simulator`) returns them as a
+fourth array, with at least one True per row; otherwise every action is legal below the root.
 """
 
 from __future__ import annotations
@@ -116,7 +118,6 @@ class BatchedMCTS:
         self.settings = settings
         self.num_actions = num_actions
         self._capacity = 0
-        self._all_legal = np.ones(num_actions, dtype=np.bool_)
 
     def _allocate(self, batch: int) -> None:
         if batch <= self._capacity:
@@ -130,6 +131,7 @@ class BatchedMCTS:
         self._parent = np.zeros(batch, dtype=np.int32)
         self._action = np.zeros(batch, dtype=np.int32)
         self._start = np.zeros(batch, dtype=np.int32)
+        self._all_legal = np.ones((batch, a), dtype=np.bool_)
         self._capacity = batch
 
     def run(self, root_value: np.ndarray, root_logits: np.ndarray, recurrent_fn: RecurrentFn,
@@ -203,12 +205,15 @@ class BatchedMCTS:
             tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
                                s.pb_c_base, s.pb_c_init, s.exploration_constant, start, parent,
                                action, max_depth)
-            reward, value, logits = recurrent_fn(parent, action, simulation + 1)
+            out = recurrent_fn(parent, action, simulation + 1)
+            reward, value, logits = out[:3]
+            legal = (self._all_legal[:batch] if len(out) == 3
+                     else _legal_rows(out[3], batch, self.num_actions))
             tree.expand_and_backup(nodes, values, children, prior, minmax, simulation + 1, parent,
                                    action, _contiguous(reward, (batch,)),
                                    _contiguous(value, (batch,)),
                                    _contiguous(logits, (batch, self.num_actions)), s.num_players,
-                                   s.discount, self._all_legal)
+                                   s.discount, legal)
 
         visit_counts, out_value, qvalues = self._root_statistics(batch)
         gumbel_action = None
@@ -219,6 +224,43 @@ class BatchedMCTS:
             search_policy = visit_counts / visit_counts.sum(axis=1, keepdims=True)
         return SearchResult(visit_counts, out_value, search_policy, qvalues, max_depth,
                             gumbel_action)
+
+    def describe(self, row: int = 0, depth: int = 2, action_names: list[str] | None = None
+                 ) -> list[str]:
+        """The last search's tree of batch row ``row`` as text, ``depth`` levels below the root
+        (as the reference's ``print_node``): per visited node its visits, value for the player
+        to move there, the prior, and Q = reward + discount * value seen by the player choosing
+        the edge. Children are listed most visited first."""
+        if self._capacity == 0:
+            raise RuntimeError("no search has run yet")
+        nodes, values = self._nodes[row], self._values[row]
+        children, prior = self._children[row], self._prior[row]
+
+        def value(n: int) -> float:
+            return values[n, tree.VALUE_SUM] / max(nodes[n, tree.VISITS], 1)
+
+        def name(a: int) -> str:
+            return action_names[a] if action_names else str(a)
+
+        lines = [f"root: visits {nodes[0, tree.VISITS]}, value {value(0):+.3f}, "
+                 f"player {nodes[0, tree.TO_PLAY]} to move"]
+
+        def walk(n: int, level: int) -> None:
+            if level > depth:
+                return
+            kids = [(a, c) for a, c in enumerate(children[n]) if c >= 0 and
+                    nodes[c, tree.VISITS] > 0]
+            kids.sort(key=lambda ac: -nodes[ac[1], tree.VISITS])
+            for a, c in kids:
+                sign = 1.0 if nodes[c, tree.TO_PLAY] == nodes[n, tree.TO_PLAY] else -1.0
+                q = values[c, tree.REWARD] + self.settings.discount * sign * value(c)
+                lines.append(f"{'    ' * level}action {name(a)}: visits {nodes[c, tree.VISITS]}, "
+                             f"Q {q:+.3f}, prior {prior[n, a]:.3f}, reward "
+                             f"{values[c, tree.REWARD]:+.3f}")
+                walk(c, level + 1)
+
+        walk(0, 1)
+        return lines
 
     def _root_statistics(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Root child visit counts [B, A], root values [B] and root Q-values [B, A]."""
@@ -259,6 +301,17 @@ def _contiguous(array, shape: tuple[int, ...]) -> np.ndarray:
             raise ValueError(f"recurrent_fn returned an array of shape {out.shape}, "
                              f"expected {shape}")
         out = out.reshape(shape)
+    return out
+
+
+def _legal_rows(legal, batch: int, num_actions: int) -> np.ndarray:
+    """The callback's legal mask as a C-contiguous bool [B, A] with a legal action per row."""
+    out = np.ascontiguousarray(legal, dtype=np.bool_)
+    if out.shape != (batch, num_actions):
+        raise ValueError(f"recurrent_fn returned a legal mask of shape {out.shape}, expected "
+                         f"({batch}, {num_actions})")
+    if not out.any(axis=1).all():
+        raise ValueError("recurrent_fn returned a row with no legal action")
     return out
 
 

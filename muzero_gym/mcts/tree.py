@@ -112,7 +112,7 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
     to an unexpanded edge, choosing by the reference's ``ucb_score`` (ties: largest action).
 
     Writes out_parent [B] (node whose edge is taken) and out_action [B], and raises max_depth [B]
-    to the depth of the new node. Illegal root actions are never taken.
+    to the depth of the new node. Illegal actions (root mask, prior -1 below) are never taken.
     """
     num_actions = children.shape[2]
     for b in range(nodes.shape[0]):
@@ -135,6 +135,8 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
             best_score = -np.inf
             for a in range(num_actions):
                 if node == 0 and not root_legal[b, a]:
+                    continue
+                if prior[b, node, a] < 0.0:  # illegal below the root (simulator search)
                     continue
                 child = children[b, node, a]
                 child_visits = 0 if child == -1 else nodes[b, child, VISITS]
@@ -165,10 +167,11 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
 
 @njit(cache=True)
 def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, action, reward,
-                      value, logits, num_players, discount, all_legal):
+                      value, logits, num_players, discount, legal):
     """Attaches node ``new_node`` under ``parent[b]`` via ``action[b]`` in every row, sets its
     reward and priors from the model's output (reward [B], value [B], logits [B, A]) and backs
-    ``value`` up to the root."""
+    ``value`` up to the root. ``legal`` [B, A] holds the new nodes' legal actions (all True for
+    a learned model); an illegal action gets the prior -1, which selection skips."""
     for b in range(nodes.shape[0]):
         p = parent[b]
         children[b, p, action[b]] = new_node
@@ -177,7 +180,10 @@ def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, 
         nodes[b, new_node, TO_PLAY] = (nodes[b, p, TO_PLAY] + 1) % num_players
         values[b, new_node, REWARD] = reward[b]
         values[b, new_node, RAW_VALUE] = value[b]
-        _set_priors(prior, b, new_node, logits[b], all_legal)
+        _set_priors(prior, b, new_node, logits[b], legal[b])
+        for a in range(legal.shape[1]):
+            if not legal[b, a]:
+                prior[b, new_node, a] = -1.0
         _backup(nodes, values, minmax, b, new_node, value[b], discount)
 
 

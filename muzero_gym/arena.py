@@ -1,0 +1,116 @@
+"""Two-player matches between an agent and an opponent, played as one batch.
+
+:func:`play_matches` runs ``num_games`` games at once on separate envs: the agent takes the first
+seat in half of them and the second seat in the other half, plays greedily (no noise, most
+visited action) with one batched search over every game where it is to move, and the opponent
+(see :mod:`muzero_gym.envs.opponents`) answers in the others. A game's winner is the mover of a
+positive reward (the contract of :mod:`muzero_gym.envs.board`); 0 at the end is a draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from muzero_gym.environment import make_env
+from muzero_gym.progress import Progress
+
+if TYPE_CHECKING:
+    from muzero_gym.agents.muzero import MuZeroAgent
+
+
+class Opponent(Protocol):
+    def choose(self, env: gym.Env, legal_mask: np.ndarray) -> int: ...
+
+
+@dataclass
+class MatchResult:
+    """Counts of won, drawn and lost games per seat of the agent (index 0: it moved first)."""
+
+    wins: list[int] = field(default_factory=lambda: [0, 0])
+    draws: list[int] = field(default_factory=lambda: [0, 0])
+    losses: list[int] = field(default_factory=lambda: [0, 0])
+
+    @property
+    def games(self) -> int:
+        return sum(self.wins) + sum(self.draws) + sum(self.losses)
+
+    def rate(self, counts: list[int]) -> float:
+        return sum(counts) / max(self.games, 1)
+
+    @property
+    def win_rate(self) -> float:
+        return self.rate(self.wins)
+
+    @property
+    def draw_rate(self) -> float:
+        return self.rate(self.draws)
+
+    @property
+    def loss_rate(self) -> float:
+        return self.rate(self.losses)
+
+    def summary(self) -> str:
+        return (f"{self.games} games: won {sum(self.wins)}, drawn {sum(self.draws)}, lost "
+                f"{sum(self.losses)} (as first: {self.wins[0]}/{self.draws[0]}/{self.losses[0]}, "
+                f"as second: {self.wins[1]}/{self.draws[1]}/{self.losses[1]})")
+
+
+def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,
+                 seed: int | None = None, agent_seats: tuple[int, ...] = (0, 1),
+                 progress: bool = False) -> MatchResult:
+    """Plays ``num_games`` games; game ``i`` gives the agent seat ``agent_seats[i % len]``."""
+    if agent.config.env.num_players != 2:
+        raise ValueError("matches need a two-player env (env.num_players = 2)")
+    if num_games < 1:
+        raise ValueError(f"num_games = {num_games}: must be >= 1")
+    envs = [make_env(agent.config.env) for _ in range(num_games)]
+    seats = np.array([agent_seats[i % len(agent_seats)] for i in range(num_games)])
+    result = MatchResult()
+    bar = Progress(num_games, "games", enabled=progress)
+    try:
+        games, infos = [], []
+        for i, env in enumerate(envs):
+            observation, info = env.reset(seed=None if seed is None else seed + i)
+            game = agent.new_game()
+            game.start(observation, info)
+            games.append(game)
+            infos.append(info)
+        active = np.ones(num_games, dtype=np.bool_)
+        while active.any():
+            actions = np.zeros(num_games, dtype=np.int64)
+            to_play = np.array([g.to_play() for g in games])
+            mine = np.flatnonzero(active & (to_play == seats))
+            if mine.size:
+                states = ([envs[i].unwrapped.get_state() for i in mine]
+                          if agent.config.search.simulator else None)
+                searched = agent.search_positions(
+                    np.stack([games[i].make_image() for i in mine]),
+                    np.stack([games[i].legal_action_mask() for i in mine]), to_play[mine],
+                    states)
+                actions[mine] = searched.visit_counts.argmax(axis=1)
+            for i in np.flatnonzero(active & (to_play != seats)):
+                actions[i] = opponent.choose(envs[i], games[i].legal_action_mask())
+            for i in np.flatnonzero(active):
+                mover = int(to_play[i])
+                observation, reward, terminated, truncated, info = envs[i].step(int(actions[i]))
+                games[i].record_step(int(actions[i]), float(reward), observation, terminated,
+                                     truncated, info)
+                if terminated or truncated:
+                    active[i] = False
+                    seat = int(seats[i])
+                    if reward == 0:
+                        result.draws[seat] += 1
+                    elif (reward > 0) == (mover == seat):
+                        result.wins[seat] += 1
+                    else:
+                        result.losses[seat] += 1
+                    bar.update(result.games, won=sum(result.wins), lost=sum(result.losses))
+    finally:
+        bar.close()
+        for env in envs:
+            env.close()
+    return result

@@ -1,0 +1,191 @@
+"""The board games and 2048 in muzero_gym.envs: scripted games move by move, check_env, the
+two-player contract, and the evaluation opponents."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import muzero_gym.envs  # noqa: F401  (registers the envs)
+from muzero_gym.envs import ENV_IDS, IllegalMoveError
+from muzero_gym.envs.board import BoardState
+from muzero_gym.envs.game2048 import State2048, slide, slide_row_left
+from muzero_gym.envs.opponents import AlphaBetaOpponent, MinimaxOpponent, RandomOpponent
+
+
+def play(env, moves):
+    """Steps ``moves``; returns the last step's outputs."""
+    out = None
+    for move in moves:
+        out = env.step(move)
+    return out
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_every_env_passes_gymnasiums_checker_and_renders_text(env_id):
+    env = gym.make(env_id, render_mode="ansi")
+    check_env(env.unwrapped)
+    _, info = env.reset(seed=3)
+    assert isinstance(env.render(), str)
+    assert info["action_mask"].dtype == np.bool_ and info["to_play"] == 0
+
+
+@pytest.mark.parametrize("moves,winner", [
+    ([0, 3, 1, 4, 2], 0),        # top row
+    ([0, 1, 3, 2, 6], 0),        # left column
+    ([0, 1, 4, 2, 8], 0),        # diagonal
+    ([0, 2, 1, 4, 3, 6], 1),     # anti-diagonal by O
+    ([3, 0, 4, 1, 8, 2], 1),     # top row by O
+])
+def test_tictactoe_wins_in_every_direction(moves, winner):
+    env = gym.make("muzero_gym/TicTacToe-v0").unwrapped
+    env.reset()
+    for move in moves[:-1]:
+        _, reward, terminated, _, info = env.step(move)
+        assert reward == 0 and not terminated
+    obs, reward, terminated, truncated, info = env.step(moves[-1])
+    assert reward == 1.0 and terminated and not truncated and info["winner"] == winner
+
+
+def test_tictactoe_draw_and_perspective_and_masks():
+    env = gym.make("muzero_gym/TicTacToe-v0").unwrapped
+    obs, info = env.reset()
+    obs, _, _, _, info = env.step(4)
+    # O to move: plane 0 holds O's stones (none), plane 1 X's centre, plane 2 = 0 (second player)
+    assert info["to_play"] == 1 and obs[1, 1, 1] == 1 and obs[0].sum() == 0 and obs[2].max() == 0
+    assert not info["action_mask"][4] and info["action_mask"].sum() == 8
+    _, reward, terminated, _, info = play(env, [0, 2, 6, 3, 5, 1, 7, 8])
+    assert terminated and reward == 0 and info["winner"] == -1
+    assert "draw" in env.board_text(env.state)
+
+
+def test_illegal_moves_raise_and_leave_the_board_unchanged():
+    env = gym.make("muzero_gym/TicTacToe-v0")
+    env.reset()
+    env.step(4)
+    before = env.unwrapped.get_state()
+    with pytest.raises(IllegalMoveError, match="illegal move 4"):
+        env.step(4)
+    with pytest.raises(IllegalMoveError):
+        env.step(9)
+    after = env.unwrapped.get_state()
+    assert np.array_equal(before.board, after.board) and before.to_play == after.to_play
+
+
+@pytest.mark.parametrize("moves", [
+    [0, 0, 1, 1, 2, 2, 3],                       # horizontal, bottom row
+    [0, 1, 0, 1, 0, 1, 0],                       # vertical
+    [0, 1, 1, 2, 2, 3, 2, 3, 3, 6, 3],           # rising diagonal
+    [6, 5, 5, 4, 4, 3, 4, 3, 3, 0, 3],           # falling diagonal
+])
+def test_connect_four_wins_in_every_direction(moves):
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    env.reset()
+    for move in moves[:-1]:
+        assert not env.step(move)[2]
+    _, reward, terminated, _, info = env.step(moves[-1])
+    assert reward == 1 and terminated and info["winner"] == 0
+
+
+def test_connect_four_full_column_is_illegal_and_board_size_option():
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    env.reset()
+    _, _, _, _, info = play(env, [3] * 6)
+    assert not info["action_mask"][3] and info["action_mask"].sum() == 6
+    with pytest.raises(IllegalMoveError, match="illegal move 3"):
+        env.step(3)
+    big = gym.make("muzero_gym/ConnectFour-v0", rows=7, cols=7)
+    obs, info = big.reset()
+    assert obs.shape == (3, 7, 7) and big.action_space.n == 7
+
+
+def test_connect_four_draw_on_a_full_board():
+    env = gym.make("muzero_gym/ConnectFour-v0", rows=4, cols=4).unwrapped
+    env.reset()
+    # No four in a row anywhere once the last cell (top-left) is filled.
+    board = np.array([[0, 1, 2, 2], [2, 2, 1, 1], [1, 1, 2, 2], [2, 2, 1, 1]], dtype=np.int8)
+    env.set_state(BoardState(board, to_play=0))
+    _, reward, terminated, _, info = env.step(0)
+    assert terminated and reward == 0 and info["winner"] == -1
+
+
+def test_2048_slides_merge_once_per_tile():
+    row = lambda *e: np.array(e, dtype=np.int8)  # noqa: E731
+    assert slide_row_left(row(1, 1, 1, 1))[0].tolist() == [2, 2, 0, 0]
+    assert slide_row_left(row(1, 1, 1, 1))[1] == 8.0
+    assert slide_row_left(row(0, 1, 0, 1))[0].tolist() == [2, 0, 0, 0]
+    assert slide_row_left(row(2, 1, 1, 0))[0].tolist() == [2, 2, 0, 0]
+    assert slide_row_left(row(1, 2, 3, 4))[1] == 0.0
+    board = np.array([[1, 0, 0, 1], [0, 0, 0, 0], [2, 0, 0, 0], [2, 0, 0, 3]], dtype=np.int8)
+    up, reward = slide(board, 0)
+    assert up[:, 0].tolist() == [1, 3, 0, 0] and reward == 8.0
+    right, reward = slide(board, 1)
+    assert right[0].tolist() == [0, 0, 0, 2] and right[3].tolist() == [0, 0, 2, 3] and reward == 4
+    down, _ = slide(board, 2)
+    assert down[:, 0].tolist() == [0, 0, 1, 3]
+    left, _ = slide(board, 3)
+    assert left[0].tolist() == [2, 0, 0, 0]
+
+
+def test_2048_step_reward_spawn_masks_and_game_over():
+    env = gym.make("muzero_gym/2048-v0").unwrapped
+    env.reset(seed=0)
+    env.set_state(State2048(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]],
+                                     dtype=np.int8)))
+    obs, reward, terminated, _, info = env.step(3)  # left: 2 + 2 -> 4
+    assert reward == 4.0 and not terminated and info["score"] == 4.0
+    board = env.state.board
+    assert board[0, 0] == 2 and (board > 0).sum() == 2  # the merged tile plus one spawn
+    assert obs.shape == (16, 4, 4) and obs.sum() == 16 and obs[2, 0, 0] == 1
+    with pytest.raises(IllegalMoveError, match="nothing moves"):
+        env.set_state(State2048(np.array([[1, 2, 0, 0]] + [[0] * 4] * 3, dtype=np.int8)))
+        env.step(3)
+    nearly_stuck = np.array([[0, 4, 3, 4], [5, 6, 5, 6], [6, 5, 6, 5], [5, 6, 5, 6]],
+                            dtype=np.int8)
+    env.set_state(State2048(nearly_stuck))
+    assert env.legal_mask(env.state).tolist() == [True, False, False, True]
+    _, _, terminated, _, info = env.step(3)  # left; a 2 or 4 spawns top right: no move is left
+    assert terminated and env.legal_mask(env.state).sum() == 0
+
+
+def test_2048_spawns_are_reproducible_with_a_seed():
+    a, b = gym.make("muzero_gym/2048-v0"), gym.make("muzero_gym/2048-v0")
+    obs_a, _ = a.reset(seed=7)
+    obs_b, _ = b.reset(seed=7)
+    for action in [0, 1, 2, 3, 0, 1]:
+        if a.unwrapped.legal_mask(a.unwrapped.state)[action]:
+            obs_a = a.step(action)[0]
+            obs_b = b.step(action)[0]
+    assert np.array_equal(obs_a, obs_b)
+
+
+def _game(env, players):
+    _, info = env.reset()
+    while True:
+        mover = info["to_play"]
+        _, reward, done, _, info = env.step(players[mover].choose(env, info["action_mask"]))
+        if done:
+            return mover if reward > 0 else -1
+
+
+def test_perfect_player_never_loses_and_draws_itself():
+    env = gym.make("muzero_gym/TicTacToe-v0").unwrapped
+    perfect = MinimaxOpponent(seed=0)
+    env.reset()
+    assert set(perfect.move_values(env).values()) == {0.0}  # TicTacToe is a draw
+    for seed in range(20):
+        assert _game(env, [perfect, RandomOpponent(seed)]) in (0, -1)
+        assert _game(env, [RandomOpponent(seed), perfect]) in (1, -1)
+    assert _game(env, [perfect, MinimaxOpponent(seed=1)]) == -1
+
+
+def test_alphabeta_takes_a_win_and_blocks_a_loss():
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    env.reset()
+    play(env, [0, 6, 1, 6, 2])  # X threatens 3; O must block
+    assert AlphaBetaOpponent(depth=2, seed=0).choose(env, env.legal_mask(env.state)) == 3
+    env.reset()
+    play(env, [0, 6, 1, 6, 2, 5])  # X to move wins at 3
+    assert AlphaBetaOpponent(depth=1, seed=0).choose(env, env.legal_mask(env.state)) == 3

@@ -1,0 +1,177 @@
+"""Two-player MuZero: legal masks below the root, true-simulator search, board-game targets,
+matches against opponents, the play command and tiny learn runs on the shipped games."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from muzero_gym import targets
+from muzero_gym.agents.muzero import MuZeroAgent
+from muzero_gym.cli import main
+from muzero_gym.config import load_config
+from muzero_gym.envs.opponents import RandomOpponent
+from muzero_gym.mcts import BatchedMCTS, SearchSettings
+from muzero_gym.play import play_in_terminal
+
+TINY = ["search.num_simulations=8", "env.num_envs=2", "train.batch_size=8",
+        "train.warmup_transitions=20", "train.eval_interval=60", "train.eval_episodes=4",
+        "train.eval_opponent=random", "log.log_interval=20", "log.checkpoint_interval=1000"]
+
+
+def tictactoe_agent(tmp_path=None, extra=()):
+    config = load_config("tictactoe", [*TINY, *extra])
+    return MuZeroAgent(config, run_dir=None if tmp_path is None else tmp_path / "run")
+
+
+def test_search_never_takes_an_action_masked_below_the_root():
+    num_actions = 4
+    search = BatchedMCTS(SearchSettings(num_simulations=60, num_players=2), num_actions)
+    taken = []
+
+    def recurrent_fn(parent, action, node):
+        taken.append((node, parent.copy(), action.copy()))
+        legal = np.zeros((2, num_actions), dtype=np.bool_)
+        legal[:, node % num_actions] = True  # a different single legal action at every node
+        legal[:, (node + 1) % num_actions] = True
+        return np.zeros(2), np.zeros(2), np.zeros((2, num_actions)), legal
+
+    search.run(np.zeros(2), np.zeros((2, num_actions)), recurrent_fn, rng=np.random.default_rng(0))
+    legal_at = {0: None}
+    for node, parent, action in taken:
+        for b in range(2):
+            p = int(parent[b])
+            if p != 0:  # the root's children were all legal
+                assert action[b] in (p % num_actions, (p + 1) % num_actions)
+        legal_at[node] = True
+    assert len(taken) == 60
+
+
+def zero_agent(extra=()):
+    """A TicTacToe agent whose network says value 0 and uniform priors everywhere."""
+    agent = tictactoe_agent(extra=["search.num_simulations=200", *extra])
+    with torch.no_grad():
+        for p in agent.network.parameters():
+            p.zero_()
+    agent.sync_selfplay_weights()
+    return agent
+
+
+def position(env, moves):
+    obs, info = env.reset()
+    for move in moves:
+        obs, _, _, _, info = env.step(move)
+    return obs, info
+
+
+@pytest.mark.parametrize("moves,best", [
+    ([0, 3, 1, 4], 2),      # X to move completes the top row
+    ([0, 4, 8, 2], 6),      # X must block O's diagonal 2-4-6 (and wins no faster elsewhere)
+])
+def test_simulator_search_finds_wins_and_blocks_with_an_untrained_network(moves, best):
+    import gymnasium as gym
+
+    agent = zero_agent()
+    env = gym.make("muzero_gym/TicTacToe-v0").unwrapped
+    obs, info = position(env, moves)
+    game = agent.new_game()
+    game.start(obs, info)
+    result = agent.search_positions(game.make_image()[None], info["action_mask"][None],
+                                    np.array([info["to_play"]]), [env.get_state()])
+    assert result.visit_counts[0].argmax() == best
+    assert (result.visit_counts[0][~info["action_mask"]] == 0).all()
+
+
+def test_simulator_needs_an_env_that_copies_its_state():
+    from muzero_gym.simulator import SimulatorError
+
+    with pytest.raises(SimulatorError, match="get_state"):
+        MuZeroAgent(load_config("cartpole", ["search.simulator=true"]))
+    with pytest.raises(SimulatorError, match="num_stacked_observations"):
+        tictactoe_agent(extra=["env.num_stacked_observations=2"])
+
+
+def test_board_game_targets_are_monte_carlo_results_for_the_player_to_move():
+    # X (player 0) wins with its third stone: moves 0..4, X moves at 0, 2, 4.
+    rewards = np.array([0.0, 0.0, 0.0, 0.0, 1.0])
+    to_play = np.array([0, 1, 0, 1, 0, 1])
+    values = np.zeros(6)
+    policies = np.full((5, 9), 1 / 9)
+    t = targets.make_target(rewards, to_play, values, policies, True, 0, 5, 9, 1.0)
+    # X to move: +1; O to move: -1; alternately, then the absorbing terminal state's 0.
+    assert t.value.tolist() == [1.0, -1.0, 1.0, -1.0, 1.0, 0.0]
+    assert t.reward[1:].tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_matches_count_every_game_and_alternate_seats():
+    agent = tictactoe_agent(extra=["search.num_simulations=4"])
+    result = agent.play_against(RandomOpponent(0), 10, seed=0)
+    assert result.games == 10
+    assert sum(x[0] for x in (result.wins, result.draws, result.losses)) == 5
+    assert result.win_rate + result.draw_rate + result.loss_rate == pytest.approx(1.0)
+
+
+def test_tiny_learn_on_tictactoe_logs_win_rates(tmp_path):
+    agent = tictactoe_agent(tmp_path)
+    agent.learn(130, progress=False)
+    assert agent.training_steps > 0
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    assert {"eval/win_rate", "eval/draw_rate", "eval/loss_rate"} <= set(events.Tags()["scalars"])
+    for game in agent.replay.games():
+        assert game.to_play_history[:4] == [0, 1, 0, 1]
+        for i, action in enumerate(game.actions):
+            assert game.legal_masks[i][action]
+
+
+@pytest.mark.parametrize("simulator", ["true", "false"])
+def test_tiny_learn_on_2048(tmp_path, simulator):
+    config = load_config("cartpole", [
+        "env.id=muzero_gym/2048-v0", "env.max_episode_steps=30", "search.num_simulations=4",
+        "env.num_envs=2",
+        "train.batch_size=8", "train.warmup_transitions=20", "train.eval_interval=0",
+        f"search.simulator={simulator}", "model.value_support_size=50",
+        "model.reward_support_size=20"])
+    agent = MuZeroAgent(config)
+    agent.learn(80, progress=False)
+    assert agent.training_steps > 0 and agent.env_steps >= 80
+
+
+def test_play_in_terminal_re_asks_bad_input_and_quits_cleanly(capsys):
+    import io
+
+    agent = tictactoe_agent(extra=["search.num_simulations=4"])
+    answers = iter(["hello", "9", "4", "4", "q"])
+    out = io.StringIO()
+    outcome = play_in_terminal(agent, human_first=True, read=lambda prompt: next(answers),
+                               out=out)
+    text = out.getvalue()
+    assert outcome == "quit"
+    assert "'hello' is not a move" in text and "9 is not legal here" in text
+    assert "4 is not legal here" in text  # the human's own stone is on 4 by then
+    assert "root: visits" in text and "agent plays" in text
+
+
+def test_play_in_terminal_agent_vs_agent_finishes_a_game():
+    import io
+
+    agent = tictactoe_agent(extra=["search.num_simulations=4"])
+    outcome = play_in_terminal(agent, watch=True, read=lambda prompt: "q", out=io.StringIO())
+    assert outcome == "draw" or outcome.startswith("player")
+
+
+def test_play_command_with_piped_input(tmp_path):
+    agent = tictactoe_agent(extra=["search.num_simulations=4"])
+    path = agent.save(tmp_path / "agent.pt", include_replay=False)
+    done = subprocess.run([sys.executable, "-m", "muzero_gym.cli", "play", str(path),
+                           "--human-first"], input="x\n0\n1\n2\n3\n4\n5\n6\n7\n8\n",
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "'x' is not a move" in done.stdout
+    assert "won" in done.stdout or "draw" in done.stdout or "quit" in done.stdout
+    assert main(["eval", str(path), "--episodes", "4", "--opponent", "random"]) == 0
