@@ -308,9 +308,16 @@ class MuZeroAgent:
         """Returns of ``num_episodes`` greedy episodes (no noise, temperature 0) on fresh envs.
 
         Each env plays a fixed share of the episodes, so short episodes are not favoured."""
-        self.sync_selfplay_weights()
         if render:
+            self.sync_selfplay_weights()
             return self._evaluate_rendered(num_episodes, seed)
+        games = self.evaluate_games(num_episodes, progress, seed)
+        return np.asarray([float(sum(game.rewards)) for game in games])
+
+    def evaluate_games(self, num_episodes: int, progress: bool = False,
+                       seed: int | None = None) -> list[Game]:
+        """The recorded games of ``num_episodes`` greedy episodes (see :meth:`evaluate`)."""
+        self.sync_selfplay_weights()
         num_envs = min(num_episodes, self.config.env.num_envs)
         envs = make_vector_env(self.config.env, num_envs)
         eval_rng = np.random.default_rng(self.rng.integers(2**31) if seed is None else seed)
@@ -319,22 +326,23 @@ class MuZeroAgent:
                           greedy=True, simulator=self._new_simulator())
         quota = [num_episodes // num_envs + (i < num_episodes % num_envs)
                  for i in range(num_envs)]
-        returns: list[float] = []
+        games: list[Game] = []
         bar = Progress(num_episodes, "episodes", enabled=progress)
         try:
             player.reset(seed=int(eval_rng.integers(2**31)))
-            while len(returns) < num_episodes:
+            while len(games) < num_episodes:
                 owners = [i for i in range(num_envs) if player.pending_reset[i]]
                 stats = player.step(self.training_steps)
                 for i, game in zip(owners, stats.finished):
                     if quota[i] > 0:
                         quota[i] -= 1
-                        returns.append(float(sum(game.rewards)))
-                bar.update(len(returns), mean_return=f"{np.mean(returns) if returns else 0:.1f}")
+                        games.append(game)
+                mean = np.mean([sum(g.rewards) for g in games]) if games else 0.0
+                bar.update(len(games), mean_return=f"{mean:.1f}")
         finally:
             bar.close()
             envs.close()
-        return np.asarray(returns)
+        return games
 
     def _evaluate_rendered(self, num_episodes: int, seed: int | None) -> np.ndarray:
         env = make_env(self.config.env, render_mode="human")
