@@ -88,7 +88,8 @@ class MuZeroAgent:
             self.num_actions)
         self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
                                    num_unroll_steps=train.num_unroll_steps,
-                                   td_steps=train.td_steps, discount=train.discount)
+                                   td_steps=train.td_steps, discount=train.discount,
+                                   reward_clipping=train.reward_clipping)
         self.env_steps = 0
         self.episodes = 0
         self._train_credit = 0.0
@@ -150,7 +151,9 @@ class MuZeroAgent:
                 self._metrics["search/visit_entropy"].append(stats.visit_entropy)
                 self._metrics["search/max_depth"].append(stats.max_depth)
                 for game in stats.finished:
-                    self._store_game(game)
+                    self.replay.add_game(game)
+                for episode_return, length in zip(stats.episode_returns, stats.episode_lengths):
+                    self._log_episode(episode_return, length)
                 if len(self.replay) >= config.train.warmup_transitions:
                     self._train_credit += stats.num_transitions * config.train.replay_ratio
                     while self._train_credit >= 1.0:
@@ -196,7 +199,8 @@ class MuZeroAgent:
             envs = make_vector_env(self.config.env)
             self._selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
                                       self.config.search, self.rng, self.inference_device,
-                                      simulator=self._new_simulator())
+                                      simulator=self._new_simulator(),
+                                      split_on_life_loss=self.config.env.life_loss_terminal)
             self._selfplay.reset(seed=int(self.rng.integers(2**31)))
         return self._selfplay
 
@@ -212,14 +216,13 @@ class MuZeroAgent:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _store_game(self, game: Game) -> None:
-        self.replay.add_game(game)
+    def _log_episode(self, episode_return: float, length: int) -> None:
+        """A whole env episode ended (raw return, however training games were split)."""
         self.episodes += 1
-        episode_return = float(sum(game.rewards))
         self._recent_returns.append(episode_return)
         if self._logger is not None:
             self._logger.scalars({"charts/episodic_return": episode_return,
-                                  "charts/episodic_length": float(len(game))}, self.env_steps)
+                                  "charts/episodic_length": float(length)}, self.env_steps)
 
     def _train_once(self) -> None:
         train = self.config.train
@@ -255,6 +258,7 @@ class MuZeroAgent:
         values["perf/env_steps_per_s"] = env_steps / max(elapsed, 1e-9)
         values["perf/train_steps_per_s"] = train_steps / max(elapsed, 1e-9)
         values["replay/size"] = float(len(self.replay))
+        values["replay/bytes"] = float(self.replay.nbytes())
         self._logger.scalars(values, self.env_steps)
         self._metrics.clear()
 

@@ -77,9 +77,13 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
 def resolve_config(target: str, overrides: Sequence[str] = ()) -> Config:
     """A preset, a TOML file, or (for any other name) a registered Gymnasium env id with
     defaults chosen from its spaces: the cartpole preset's MLP settings for vector
-    observations, a small residual network over 4 stacked frames for images."""
+    observations, a small residual network over 4 stacked frames for images, and the
+    atari100k preset for ``ALE/`` ids."""
     if target in list_presets() or target.endswith(".toml"):
         return load_config(target, overrides)
+    if target.startswith("ALE/"):
+        config = load_config("atari100k", [f"env.id={target}", *overrides])
+        return dataclasses.replace(config, preset="atari100k")
     from muzero_gym.environment import EnvError, make_env
     from muzero_gym.game import ObservationEncoder
 

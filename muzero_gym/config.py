@@ -130,8 +130,13 @@ class EnvConfig(_Section):
     id: str = _field("CartPole-v1", "Gymnasium id passed to gymnasium.make")
     kwargs: dict = _field({}, "extra keyword arguments for gymnasium.make")
     num_envs: int = _field(16, "number of envs stepped together in self-play", low=1)
-    vectorization: str = _field("sync", "gymnasium vector env mode",
-                                choices=("sync", "async"))
+    vectorization: str = _field(
+        "sync", "vector env: gymnasium sync or async, or ale (ale-py's native multithreaded "
+        "Atari vector env; ALE/ ids only)", choices=("sync", "async", "ale"))
+    num_env_threads: int = _field(0, "threads of the ale vector env; 0 = one per core", low=0)
+    life_loss_terminal: bool = _field(
+        False, "training games end at each lost life (Atari); logged returns and evaluation "
+        "use whole games")
     num_stacked_observations: int = _field(
         1, "observations stacked into one model input (make_image)", low=1)
     stack_actions: bool = _field(False, "add the past actions next to the stacked observations")
@@ -261,6 +266,9 @@ class TrainConfig(_Section):
     mixed_precision: bool = _field(False, "bfloat16 autocast for the learner on CUDA")
     num_threads: int = _field(0, "torch threads; 0 = 1 with async envs, else all cores", low=0)
     env_steps: int = _field(100_000, "env steps of a full run (muzero-gym train)", low=1)
+    reward_clipping: bool = _field(
+        False, "rewards enter the training targets as their sign (Atari); logged returns and "
+        "evaluation stay raw")
     replay_ratio: float = _field(0.25, "learner steps per env step", low=0.0, low_open=True)
     warmup_transitions: int = _field(1000, "transitions stored before learning starts", low=1)
     weight_sync_interval: int = _field(

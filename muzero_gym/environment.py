@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
+from muzero_gym.atari import AtariConfigError, is_ale_id, make_ale_env, make_ale_vector_env
 from muzero_gym.config import EnvConfig
 from muzero_gym.game import SpaceError, check_action_space
 
@@ -30,8 +31,11 @@ def register_envs() -> None:
 
 def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     """``gymnasium.make(config.id, **config.kwargs)`` with the time limit from the config; the
-    action space must be Discrete."""
+    action space must be Discrete. With ``vectorization = "ale"``, the single-env version of
+    the Atari preprocessing (:func:`muzero_gym.atari.make_ale_env`)."""
     register_envs()
+    if config.vectorization == "ale":
+        return _checked(_make_ale(config, lambda: make_ale_env(config, render_mode)), True)
     kwargs = dict(config.kwargs)
     if config.max_episode_steps > 0:
         kwargs["max_episode_steps"] = config.max_episode_steps
@@ -44,8 +48,25 @@ def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     except TypeError as e:
         raise EnvError(f"cannot create env {config.id!r} with env.kwargs {config.kwargs}: "
                        f"{e}") from None
+    return _checked(env, True)
+
+
+def _make_ale(config: EnvConfig, build):
+    if not is_ale_id(config.id):
+        raise EnvError(f"env.vectorization = 'ale' needs an ALE/ id, not {config.id!r}")
     try:
-        check_action_space(env.action_space)
+        return build()
+    except AtariConfigError as e:
+        raise EnvError(str(e)) from None
+    except (gym.error.Error, TypeError, RuntimeError) as e:
+        raise EnvError(f"cannot create env {config.id!r} with env.kwargs {config.kwargs}: "
+                       f"{e}") from None
+
+
+def _checked(env, single: bool):
+    """``env`` if its (single) action space is Discrete; closed and a SpaceError otherwise."""
+    try:
+        check_action_space(env.action_space if single else env.single_action_space)
     except SpaceError:
         env.close()
         raise
@@ -54,8 +75,12 @@ def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
 
 def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vector.VectorEnv:
     """A vector env of ``num_envs`` (default ``config.num_envs``) copies in NEXT_STEP
-    autoreset mode, sync or async as ``config.vectorization`` says."""
+    autoreset mode: Gymnasium's sync or async, or ale-py's native one, as
+    ``config.vectorization`` says."""
     register_envs()
+    if config.vectorization == "ale":
+        return _checked(_make_ale(config, lambda: make_ale_vector_env(
+            config, num_envs or config.num_envs)), False)
     kwargs = dict(config.kwargs)
     if config.max_episode_steps > 0:
         kwargs["max_episode_steps"] = config.max_episode_steps
@@ -66,9 +91,4 @@ def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vecto
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}, **kwargs)
     except gym.error.Error as e:
         raise EnvError(f"cannot create env {config.id!r}: {e}") from None
-    try:
-        check_action_space(envs.single_action_space)
-    except SpaceError:
-        envs.close()
-        raise
-    return envs
+    return _checked(envs, False)

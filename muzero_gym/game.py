@@ -85,7 +85,8 @@ class ObservationEncoder:
     def encode(self, observation: Any) -> np.ndarray:
         """One observation as an array of ``shape`` and ``dtype``."""
         if self.is_image:
-            image = np.asarray(observation, dtype=np.uint8)
+            # A copy: a row of a vector env's batch would keep the whole batch alive in replay.
+            image = np.array(observation, dtype=np.uint8, copy=True)
             if image.ndim == 2:
                 return image[None]
             return np.ascontiguousarray(image.transpose(2, 0, 1)) if self._channels_last \

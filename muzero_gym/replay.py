@@ -68,14 +68,16 @@ class _StoredGame:
     """
 
     __slots__ = ("game", "slots", "parts", "values", "targets", "reward_sum", "bootstrap_scale",
-                 "bootstrap_index", "actions", "images", "legal", "to_play")
+                 "bootstrap_index", "actions", "images", "legal", "to_play", "nbytes")
 
     def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float,
-                 num_unroll_steps: int):
+                 num_unroll_steps: int, reward_clipping: bool = False):
         self.game = game
         self.slots = slots
         length = len(game)
         rewards = np.asarray(game.rewards, dtype=np.float64)
+        if reward_clipping:
+            rewards = np.sign(rewards)
         policies = np.asarray(game.child_visits, dtype=np.float32).reshape(
             length, game.num_actions)
         self.parts = targets.n_step_parts(rewards, np.asarray(game.to_play_history),
@@ -94,6 +96,18 @@ class _StoredGame:
             [game.make_image(i) for i in range(length + 1)])
         self.legal = np.stack(game.legal_masks)
         self.to_play = np.asarray(game.to_play_history, dtype=np.int64)
+        self.nbytes = self._count_bytes()
+
+    def _count_bytes(self) -> int:
+        """Memory held for this game: each observation once, plus the target arrays."""
+        game = self.game
+        arrays = [*game.observations, self.reward_sum, self.bootstrap_scale, self.bootstrap_index,
+                  self.actions, self.legal, self.to_play, self.values, *self.targets]
+        if self.images is not None:
+            arrays.append(self.images)
+        return int(sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+                   + 8 * (len(game.rewards) + len(game.root_values))
+                   + sum(p.nbytes for p in game.child_visits))
 
     def image(self, index: int) -> np.ndarray:
         return self.images[index] if self.images is not None else self.game.make_image(index)
@@ -109,8 +123,9 @@ class ReplayBuffer:
     """Finished games, sampled by position for training (see module doc)."""
 
     def __init__(self, config: ReplayConfig, *, num_actions: int, num_unroll_steps: int,
-                 td_steps: int, discount: float):
+                 td_steps: int, discount: float, reward_clipping: bool = False):
         self.config = config
+        self.reward_clipping = reward_clipping
         self.num_actions = num_actions
         self.num_unroll_steps = num_unroll_steps
         self.td_steps = td_steps
@@ -140,6 +155,12 @@ class ReplayBuffer:
     def num_games(self) -> int:
         return len(self._games)
 
+    def nbytes(self) -> int:
+        """Bytes held by the buffer: stored games (each observation once, targets) and the
+        slot tables."""
+        tables = self._slot_game.nbytes + self._slot_step.nbytes + self._priority.nbytes
+        return tables + sum(stored.nbytes for stored in self._games.values())
+
     def add_game(self, game: Game, priorities: np.ndarray | None = None) -> int:
         """Stores a finished game; returns its id. Default priorities are |search value -
         value target| of each position. Value targets are computed here, so a truncated
@@ -159,7 +180,7 @@ class ReplayBuffer:
         game_id = self._next_game_id
         self._next_game_id += 1
         stored = _StoredGame(game, slots, self.td_steps, self.discount,
-                             self.num_unroll_steps)
+                             self.num_unroll_steps, self.reward_clipping)
         self._games[game_id] = stored
         if priorities is None:
             priorities = np.abs(np.asarray(game.root_values) - stored.values[:-1])
@@ -325,7 +346,7 @@ class ReplayBuffer:
             game.final_value = None if np.isnan(final) else final
             slots = np.asarray(state["game_slots"])[a0:a1]
             self._games[game_id] = _StoredGame(game, slots, self.td_steps, self.discount,
-                                               self.num_unroll_steps)
+                                               self.num_unroll_steps, self.reward_clipping)
         self._slot_game = np.asarray(state["slot_game"], dtype=np.int64).copy()
         self._slot_step = np.asarray(state["slot_step"], dtype=np.int64).copy()
         self._priority = np.asarray(state["priority"], dtype=np.float64).copy()

@@ -10,6 +10,11 @@ batch holds the final observation instead, its search value becomes the bootstra
 truncated game (:meth:`Game.set_final_value`), the finished game is handed out, and the reset
 observation starts the next game.
 
+Lost lives (``split_on_life_loss``, Atari's ``env.life_loss_terminal``): when ``info["lives"]``
+drops and the game goes on, the current game ends as terminated (so its value targets stop
+there) and a new one starts from the same observation; the env is not reset. Episode returns
+and lengths in :class:`StepStats` always cover whole env episodes.
+
 Evaluation uses the same class with ``add_noise=False`` and ``greedy=True``. With a
 :class:`~muzero_gym.simulator.SimulatorSearchAdapter` the search steps copies of the envs' real
 states (fetched with ``envs.call("get_state")``) instead of the learned dynamics.
@@ -17,6 +22,7 @@ states (fetched with ``envs.call("get_state")``) instead of the learned dynamics
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +38,7 @@ from muzero_gym.mcts import BatchedMCTS, select_actions
 from muzero_gym.networks import MuZeroNetwork
 from muzero_gym.simulator import SimulatorSearchAdapter
 
-INFO_KEYS = ("action_mask", "to_play")
+INFO_KEYS = ("action_mask", "to_play", "lives")
 
 
 @dataclass
@@ -40,6 +46,8 @@ class StepStats:
     """What one vector step produced."""
 
     finished: list[Game] = field(default_factory=list)  # games that ended (final value set)
+    episode_returns: list[float] = field(default_factory=list)  # env episodes that ended
+    episode_lengths: list[int] = field(default_factory=list)
     num_transitions: int = 0  # transitions recorded this step
     root_value: float = 0.0  # mean root value of the searched rows
     visit_entropy: float = 0.0  # mean entropy of the root visit distributions
@@ -80,7 +88,8 @@ class SelfPlay:
                  new_game: Callable[[], Game], search_config: SearchConfig,
                  rng: np.random.Generator, device: torch.device | str = "cpu",
                  add_noise: bool = True, greedy: bool = False,
-                 simulator: SimulatorSearchAdapter | None = None):
+                 simulator: SimulatorSearchAdapter | None = None,
+                 split_on_life_loss: bool = False):
         check_autoreset_mode(envs)
         self.envs = envs
         self.network = network
@@ -93,8 +102,19 @@ class SelfPlay:
         self.num_envs = envs.num_envs
         self.simulator = simulator
         self.adapter = ModelSearchAdapter(network, search.settings.num_simulations, device)
+        self.split_on_life_loss = split_on_life_loss
         self.games: list[Game] = []
         self.pending_reset = np.zeros(self.num_envs, dtype=np.bool_)
+        self.lives = np.full(self.num_envs, -1, dtype=np.int64)
+        # Seconds spent in the env, in the model (initial + recurrent calls) and in the tree.
+        self.timings = {"env": 0.0, "model": 0.0, "search": 0.0}
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def _note_lives(self, infos: dict) -> np.ndarray:
+        """Lives per env from ``info["lives"]`` (-1 where the env does not report them)."""
+        lives = infos.get("lives")
+        return np.full(self.num_envs, -1) if lives is None else np.asarray(lives).reshape(-1)
 
     def reset(self, seed: int | None = None) -> None:
         """Resets every env and starts a new game in each."""
@@ -105,6 +125,9 @@ class SelfPlay:
             game.start(_row(observations, i), _info_row(infos, i))
             self.games.append(game)
         self.pending_reset[:] = False
+        self.lives[:] = self._note_lives(infos)
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
 
     def refresh(self) -> None:
         """Call after the network's weights change."""
@@ -123,15 +146,28 @@ class SelfPlay:
         legal = np.stack([g.legal_action_mask() for g in games])
         legal[self.pending_reset] = True  # a final state may have no legal action left
         to_play = np.array([g.to_play() for g in games], dtype=np.int32)
+        start = time.perf_counter()
         if self.simulator is not None:
             states = self.envs.call("get_state")
             root_value, root_logits = self.simulator.initial(images, states, self.pending_reset)
-            recurrent_fn = self.simulator.recurrent_fn
+            model_fn = self.simulator.recurrent_fn
         else:
             root_value, root_logits = self.adapter.initial(images)
-            recurrent_fn = self.adapter.recurrent_fn
+            model_fn = self.adapter.recurrent_fn
+        model_time = time.perf_counter() - start
+
+        def recurrent_fn(parent, action, node):
+            nonlocal model_time
+            t = time.perf_counter()
+            out = model_fn(parent, action, node)
+            model_time += time.perf_counter() - t
+            return out
+
         result = self.search.run(root_value, root_logits, recurrent_fn, legal, to_play,
                                  self.rng, self.add_noise)
+        searched = time.perf_counter()
+        self.timings["model"] += model_time
+        self.timings["search"] += searched - start - model_time
         actions = self._choose_actions(result, training_step)
 
         stats = StepStats()
@@ -145,7 +181,10 @@ class SelfPlay:
             stats.finished.append(game)
             actions[i] = 0  # ignored by the env: this step resets it
 
+        env_start = time.perf_counter()
         observations, rewards, terminated, truncated, infos = self.envs.step(actions)
+        self.timings["env"] += time.perf_counter() - env_start
+        lives = self._note_lives(infos)
         for i in range(self.num_envs):
             if self.pending_reset[i]:
                 game = self.new_game()
@@ -153,11 +192,25 @@ class SelfPlay:
                 games[i] = game
                 self.pending_reset[i] = False
                 continue
-            games[i].record_step(int(actions[i]), float(rewards[i]), _row(observations, i),
-                                 bool(terminated[i]), bool(truncated[i]), _info_row(infos, i))
+            episode_over = bool(terminated[i]) or bool(truncated[i])
+            life_lost = (self.split_on_life_loss and not episode_over
+                         and 0 <= lives[i] < self.lives[i])
+            observation, info = _row(observations, i), _info_row(infos, i)
+            games[i].record_step(int(actions[i]), float(rewards[i]), observation,
+                                 bool(terminated[i]) or life_lost, bool(truncated[i]), info)
             stats.num_transitions += 1
-            if games[i].done:
+            self.episode_return[i] += float(rewards[i])
+            self.episode_length[i] += 1
+            if episode_over:
                 self.pending_reset[i] = True
+                stats.episode_returns.append(float(self.episode_return[i]))
+                stats.episode_lengths.append(int(self.episode_length[i]))
+                self.episode_return[i], self.episode_length[i] = 0.0, 0
+            elif life_lost:  # the env goes on: a new training game starts right here
+                stats.finished.append(games[i])
+                games[i] = self.new_game()
+                games[i].start(observation, info)
+        self.lives[:] = lives
 
         if active.any():
             policy = result.visit_counts[active] / result.visit_counts[active].sum(

@@ -1,0 +1,84 @@
+"""Atari throughput on this machine: self-play agent steps/s, learner samples/s, replay bytes.
+
+Self-play runs the ``pong`` preset (atari100k protocol, ``resnet_small``, ale-py's native
+vector env) with 50 simulations for B in ``--batch-sizes`` envs and splits the time between the
+env, the model (initial + recurrent inference) and the tree search. The learner then trains on
+the games self-play stored (batch 256, K = 5) and the replay reports its bytes per stored
+transition (each 96 x 96 frame once, plus targets).
+
+    python tests/benchmarks/atari_throughput.py [--batch-sizes 8 16 32] [--seconds 30]
+        [--learner-steps 20] [--set section.key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from muzero_gym.agents.muzero import MuZeroAgent
+from muzero_gym.config import load_config
+
+
+def selfplay_speed(batch: int, seconds: float, overrides: list[str]) -> tuple[dict, MuZeroAgent]:
+    config = load_config("pong", [f"env.num_envs={batch}", "train.warmup_transitions=1000000000",
+                                  "train.eval_interval=0", *overrides])
+    agent = MuZeroAgent(config)
+    selfplay = agent._start_selfplay()
+    for _ in range(3):  # warm-up: kernel compilation, allocations
+        selfplay.step()
+    for key in selfplay.timings:
+        selfplay.timings[key] = 0.0
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        stats = selfplay.step()
+        steps += stats.num_transitions
+        for game in stats.finished:
+            agent.replay.add_game(game)
+    elapsed = time.perf_counter() - start
+    split = {k: v / elapsed for k, v in selfplay.timings.items()}
+    return {"batch": batch, "steps_per_s": steps / elapsed, **split}, agent
+
+
+def learner_speed(agent: MuZeroAgent, num_steps: int) -> float:
+    """Samples per second of the learner on the agent's replay (self-play games until it has a
+    batch's worth of positions)."""
+    selfplay = agent._start_selfplay()
+    while len(agent.replay) < agent.config.train.batch_size:
+        for game in selfplay.step().finished:
+            agent.replay.add_game(game)
+    agent._train_once()  # warm-up
+    start = time.perf_counter()
+    for _ in range(num_steps):
+        agent._train_once()
+    return num_steps * agent.config.train.batch_size / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--learner-steps", type=int, default=20)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    print(f"torch threads: {torch.get_num_threads()}")
+    print(f"{'B':>4} {'agent steps/s':>14} {'env':>6} {'model':>6} {'search':>7} {'other':>6}")
+    agent = None
+    for batch in args.batch_sizes:
+        row, agent = selfplay_speed(batch, args.seconds, args.overrides)
+        other = max(0.0, 1.0 - row["env"] - row["model"] - row["search"])
+        print(f"{batch:>4} {row['steps_per_s']:>14.1f} {row['env']:>6.0%} {row['model']:>6.0%} "
+              f"{row['search']:>7.0%} {other:>6.0%}", flush=True)
+    samples = learner_speed(agent, args.learner_steps)
+    stored = sum(g.nbytes for g in agent.replay._games.values())
+    per_transition = stored / max(len(agent.replay), 1)
+    print(f"\nlearner: {samples:,.0f} samples/s (batch {agent.config.train.batch_size}, "
+          f"K = {agent.config.train.num_unroll_steps})")
+    print(f"replay: {per_transition:,.0f} bytes per transition over {len(agent.replay):,} "
+          f"transitions = {per_transition * 100_000 / 2**30:.2f} GiB per 100k transitions")
+    agent.close()
+
+
+if __name__ == "__main__":
+    main()
