@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from muzero_gym.arena import MatchResult, Opponent, play_matches
+from muzero_gym.atari import human_normalized_score
 from muzero_gym.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from muzero_gym.config import Config, config_from_dict
 from muzero_gym.environment import make_env, make_vector_env
@@ -274,6 +275,9 @@ class MuZeroAgent:
         else:
             self.last_eval_return = float(np.mean(self.evaluate(train.eval_episodes)))
             scalars = {"eval/return_mean": self.last_eval_return}
+            hns = human_normalized_score(self.config.env.id, self.last_eval_return)
+            if hns is not None:
+                scalars["eval/hns"] = hns
         if self._logger is not None:
             self._logger.scalars(scalars, self.env_steps)
             self._logger.flush()

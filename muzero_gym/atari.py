@@ -34,6 +34,36 @@ FIXED: dict[str, Any] = {"stack_num": 1, "reward_clipping": False, "episodic_lif
                          "life_loss_info": False}
 
 
+# Random and human scores of the 26 Atari-100k games, as tabulated by the Atari-100k papers
+# (SimPLe, SPR, EfficientZero), for human-normalised scores (score - random) / (human - random).
+RANDOM_AND_HUMAN_SCORES: dict[str, tuple[float, float]] = {
+    "Alien": (227.8, 7127.7), "Amidar": (5.8, 1719.5), "Assault": (222.4, 742.0),
+    "Asterix": (210.0, 8503.3), "BankHeist": (14.2, 753.1), "BattleZone": (2360.0, 37187.5),
+    "Boxing": (0.1, 12.1), "Breakout": (1.7, 30.5), "ChopperCommand": (811.0, 7387.8),
+    "CrazyClimber": (10780.5, 35829.4), "DemonAttack": (152.1, 1971.0), "Freeway": (0.0, 29.6),
+    "Frostbite": (65.2, 4334.7), "Gopher": (257.6, 2412.5), "Hero": (1027.0, 30826.4),
+    "Jamesbond": (29.0, 302.8), "Kangaroo": (52.0, 3035.0), "Krull": (1598.0, 2665.5),
+    "KungFuMaster": (258.5, 22736.3), "MsPacman": (307.3, 6951.6), "Pong": (-20.7, 14.6),
+    "PrivateEye": (24.9, 69571.3), "Qbert": (163.9, 13455.0), "RoadRunner": (11.5, 7845.0),
+    "Seaquest": (68.4, 42054.7), "UpNDown": (533.4, 11693.2),
+}
+
+
+def game_name(env_id: str) -> str:
+    """``ALE/MsPacman-v5`` -> ``MsPacman``."""
+    name = env_id.split("/", 1)[-1]
+    return name.rsplit("-v", 1)[0] if "-v" in name else name
+
+
+def human_normalized_score(env_id: str, score: float) -> float | None:
+    """(score - random) / (human - random) for the 26 Atari-100k games; None for others."""
+    scores = RANDOM_AND_HUMAN_SCORES.get(game_name(env_id))
+    if scores is None:
+        return None
+    random, human = scores
+    return (score - random) / (human - random)
+
+
 class AtariConfigError(ValueError):
     """An Atari setting muzero_gym cannot honour."""
 

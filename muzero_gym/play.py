@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
-from muzero_gym.environment import make_env
+from muzero_gym.environment import EnvError, make_env
 
 if TYPE_CHECKING:
     from muzero_gym.agents.muzero import MuZeroAgent
@@ -50,6 +50,12 @@ def play_in_terminal(agent: MuZeroAgent, human_first: bool = True, watch: bool =
     import sys
 
     out = out or sys.stdout
+    probe = make_env(agent.config.env)
+    modes = probe.metadata.get("render_modes", [])
+    probe.close()
+    if "ansi" not in modes:
+        raise EnvError(f"play draws the game as text, but {agent.config.env.id} renders only as "
+                       f"{modes}; watch the agent with: muzero-gym eval <run> --render")
     env = make_env(agent.config.env, render_mode="ansi")
     agent.sync_selfplay_weights()
     two_player = agent.config.env.num_players == 2

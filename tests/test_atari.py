@@ -166,3 +166,18 @@ def test_tiny_pong_training_writes_transitions_logs_and_a_checkpoint(tmp_path):
     assert {"replay/bytes", "losses/total", "charts/episodic_return"} <= set(
         events.Tags()["scalars"])
     agent.close()
+
+
+def test_human_normalized_scores_of_the_atari_100k_games():
+    from muzero_gym.atari import RANDOM_AND_HUMAN_SCORES, human_normalized_score
+
+    assert len(RANDOM_AND_HUMAN_SCORES) == 26
+    assert human_normalized_score("ALE/Pong-v5", 14.6) == pytest.approx(1.0)
+    assert human_normalized_score("ALE/Pong-v5", -20.7) == pytest.approx(0.0)
+    assert human_normalized_score("ALE/MsPacman-v5", 307.3 + (6951.6 - 307.3) / 2) == \
+        pytest.approx(0.5)
+    assert human_normalized_score("ALE/Tennis-v5", 0.0) is None
+    assert human_normalized_score("CartPole-v1", 100.0) is None
+    register_envs()
+    for name in RANDOM_AND_HUMAN_SCORES:  # every name is a real ALE id
+        assert f"ALE/{name}-v5" in gym.registry

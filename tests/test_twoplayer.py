@@ -175,3 +175,11 @@ def test_play_command_with_piped_input(tmp_path):
     assert "'x' is not a move" in done.stdout
     assert "won" in done.stdout or "draw" in done.stdout or "quit" in done.stdout
     assert main(["eval", str(path), "--episodes", "4", "--opponent", "random"]) == 0
+
+
+def test_play_needs_an_env_that_renders_as_text():
+    from muzero_gym.environment import EnvError
+
+    agent = MuZeroAgent(load_config("cartpole", ["search.num_simulations=4"]))
+    with pytest.raises(EnvError, match="renders only as"):
+        play_in_terminal(agent, read=lambda prompt: "q")

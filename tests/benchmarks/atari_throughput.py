@@ -6,7 +6,7 @@ env, the model (initial + recurrent inference) and the tree search. The learner 
 the games self-play stored (batch 256, K = 5) and the replay reports its bytes per stored
 transition (each 96 x 96 frame once, plus targets).
 
-    python tests/benchmarks/atari_throughput.py [--batch-sizes 8 16 32] [--seconds 30]
+    python tests/benchmarks/atari_throughput.py [--batch-sizes 8 16 32 64] [--seconds 30]
         [--learner-steps 20] [--set section.key=value ...]
 """
 
@@ -57,7 +57,7 @@ def learner_speed(agent: MuZeroAgent, num_steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--learner-steps", type=int, default=20)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
