@@ -67,16 +67,20 @@ class ModelSearchAdapter:
         value = self.network.value_scalar(out.value_logits)
         return value.double().cpu().numpy(), out.policy_logits.double().cpu().numpy()
 
-    @torch.inference_mode()
     def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray,
                      node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Dynamics + prediction from the parents' hidden states; stores the new ones."""
         assert self._hidden is not None and self._rows is not None, "call initial() first"
-        if self._numpy is not None:
+        if self._numpy is not None:  # no torch here: entering inference mode costs ~10 us
             hidden, reward, value, logits = self._numpy.recurrent(
                 self._hidden[self._rows, parent_index], action)
             self._hidden[:, node_index] = hidden
             return reward, value, logits
+        return self._recurrent_torch(parent_index, action, node_index)
+
+    @torch.inference_mode()
+    def _recurrent_torch(self, parent_index: np.ndarray, action: np.ndarray,
+                         node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parents = torch.as_tensor(parent_index, device=self.device, dtype=torch.long)
         actions = torch.as_tensor(action, device=self.device, dtype=torch.long)
         out = self.network.recurrent_inference(self._hidden[self._rows, parents], actions)

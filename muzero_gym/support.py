@@ -8,6 +8,8 @@ logits) back.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -51,10 +53,15 @@ def support_to_scalar(logits: torch.Tensor, support_size: int) -> torch.Tensor:
     return h_inverse((probs * support).sum(-1))
 
 
+@functools.cache
+def _numpy_support(support_size: int, dtype: np.dtype) -> np.ndarray:
+    return np.arange(-support_size, support_size + 1, dtype=dtype)
+
+
 def support_to_scalar_numpy(logits: np.ndarray, support_size: int) -> np.ndarray:
     """:func:`support_to_scalar` for numpy arrays (used by the numpy inference path)."""
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    support = np.arange(-support_size, support_size + 1, dtype=logits.dtype)
+    support = _numpy_support(support_size, logits.dtype)
     y = (shifted @ support) / shifted.sum(axis=-1)
     root = (np.sqrt(1.0 + 4.0 * EPSILON * (np.abs(y) + 1.0 + EPSILON)) - 1.0) / (2.0 * EPSILON)
     return np.sign(y) * (root * root - 1.0)
