@@ -3,8 +3,8 @@
 Self-play runs the ``pong`` preset (atari100k protocol, ``resnet_small``, ale-py's native
 vector env) with 50 simulations for B in ``--batch-sizes`` envs and splits the time between the
 env, the model (initial + recurrent inference) and the tree search. The learner then trains on
-the games self-play stored (batch 256, K = 5) and the replay reports its bytes per stored
-transition (each 96 x 96 frame once, plus targets).
+games of 250 agent steps from self-play (batch 256, K = 5) and the replay reports its bytes per
+stored transition (each 96 x 96 frame once, plus targets).
 
     python tests/benchmarks/atari_throughput.py [--batch-sizes 8 16 32 64] [--seconds 30]
         [--learner-steps 20] [--set section.key=value ...]
@@ -34,25 +34,27 @@ def selfplay_speed(batch: int, seconds: float, overrides: list[str]) -> tuple[di
     while time.perf_counter() - start < seconds:
         stats = selfplay.step()
         steps += stats.num_transitions
-        for game in stats.finished:
-            agent.replay.add_game(game)
     elapsed = time.perf_counter() - start
     split = {k: v / elapsed for k, v in selfplay.timings.items()}
     return {"batch": batch, "steps_per_s": steps / elapsed, **split}, agent
 
 
-def learner_speed(agent: MuZeroAgent, num_steps: int) -> float:
-    """Samples per second of the learner on the agent's replay (self-play games until it has a
-    batch's worth of positions)."""
+def learner_speed(num_steps: int, overrides: list[str]) -> tuple[float, MuZeroAgent]:
+    """Samples per second of the learner on replay filled by self-play (8 envs, episodes cut at
+    250 agent steps so that games finish quickly)."""
+    config = load_config("pong", ["env.num_envs=8", "env.max_episode_steps=250",
+                                  "train.warmup_transitions=1000000000", "train.eval_interval=0",
+                                  *overrides])
+    agent = MuZeroAgent(config)
     selfplay = agent._start_selfplay()
-    while len(agent.replay) < agent.config.train.batch_size:
+    while len(agent.replay) < 2000:
         for game in selfplay.step().finished:
             agent.replay.add_game(game)
     agent._train_once()  # warm-up
     start = time.perf_counter()
     for _ in range(num_steps):
         agent._train_once()
-    return num_steps * agent.config.train.batch_size / (time.perf_counter() - start)
+    return num_steps * agent.config.train.batch_size / (time.perf_counter() - start), agent
 
 
 def main() -> None:
@@ -64,13 +66,13 @@ def main() -> None:
     args = parser.parse_args()
     print(f"torch threads: {torch.get_num_threads()}")
     print(f"{'B':>4} {'agent steps/s':>14} {'env':>6} {'model':>6} {'search':>7} {'other':>6}")
-    agent = None
     for batch in args.batch_sizes:
         row, agent = selfplay_speed(batch, args.seconds, args.overrides)
+        agent.close()
         other = max(0.0, 1.0 - row["env"] - row["model"] - row["search"])
         print(f"{batch:>4} {row['steps_per_s']:>14.1f} {row['env']:>6.0%} {row['model']:>6.0%} "
               f"{row['search']:>7.0%} {other:>6.0%}", flush=True)
-    samples = learner_speed(agent, args.learner_steps)
+    samples, agent = learner_speed(args.learner_steps, args.overrides)
     stored = sum(g.nbytes for g in agent.replay._games.values())
     per_transition = stored / max(len(agent.replay), 1)
     print(f"\nlearner: {samples:,.0f} samples/s (batch {agent.config.train.batch_size}, "
