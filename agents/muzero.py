@@ -291,6 +291,15 @@ class MuZeroAgent:
         return play_matches(self, opponent, num_games, seed=seed, agent_seats=agent_seats,
                             progress=progress)
 
+    def search_games(self, games: list[Game], envs: list) -> SearchResult:
+        """One batched search from the current state of each game; ``envs[i]`` is the env
+        ``games[i]`` is played on (its ``get_state()`` feeds true-simulator search)."""
+        states = ([env.unwrapped.get_state() for env in envs] if self.config.search.simulator
+                  else None)
+        return self.search_positions(np.stack([g.make_image() for g in games]),
+                                     np.stack([g.legal_action_mask() for g in games]),
+                                     np.array([g.to_play() for g in games]), states)
+
     def search_positions(self, images: np.ndarray, legal_action_mask: np.ndarray | None = None,
                          to_play: np.ndarray | None = None, states: list | None = None,
                          add_noise: bool = False) -> SearchResult:
@@ -361,11 +370,7 @@ class MuZeroAgent:
                                     self.config.env.stack_actions, self.config.env.num_players)
                 game.reset(seed=None if seed is None else seed + episode)
                 while not game.done:
-                    states = [env.unwrapped.get_state()] if self.config.search.simulator \
-                        else None
-                    result = self.search_positions(game.make_image()[None],
-                                                   game.legal_action_mask()[None],
-                                                   np.array([game.to_play()]), states)
+                    result = self.search_games([game], [env])
                     game.store_search_statistics(result.root_value[0], result.search_policy[0])
                     game.apply(int(result.visit_counts[0].argmax()))
                 returns.append(float(sum(game.rewards)))

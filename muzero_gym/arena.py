@@ -85,12 +85,7 @@ def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,
             to_play = np.array([g.to_play() for g in games])
             mine = np.flatnonzero(active & (to_play == seats))
             if mine.size:
-                states = ([envs[i].unwrapped.get_state() for i in mine]
-                          if agent.config.search.simulator else None)
-                searched = agent.search_positions(
-                    np.stack([games[i].make_image() for i in mine]),
-                    np.stack([games[i].legal_action_mask() for i in mine]), to_play[mine],
-                    states)
+                searched = agent.search_games([games[i] for i in mine], [envs[i] for i in mine])
                 actions[mine] = searched.visit_counts.argmax(axis=1)
             for i in np.flatnonzero(active & (to_play != seats)):
                 actions[i] = opponent.choose(envs[i], games[i].legal_action_mask())

@@ -77,10 +77,7 @@ def play_in_terminal(agent: MuZeroAgent, human_first: bool = True, watch: bool =
                     print("quit", file=out)
                     return "quit"
             else:
-                states = [env.unwrapped.get_state()] if agent.config.search.simulator else None
-                result = agent.search_positions(game.make_image()[None],
-                                                game.legal_action_mask()[None],
-                                                np.array([mover]), states)
+                result = agent.search_games([game], [env])
                 print("\n".join(agent.search.describe(0, depth=2)), file=out)
                 action = int(result.visit_counts[0].argmax())
                 print(f"agent plays {action}", file=out)

@@ -56,7 +56,7 @@ class SimulatorSearchAdapter:
         self.evaluator = ModelSearchAdapter(network, 0, device)
         self._states: list[list[Any]] = []
         self._observations: list[list[np.ndarray]] = []
-        self._terminal = np.zeros((0, 1), dtype=np.bool_)
+        self._terminal: list[list[bool]] = []
 
     def refresh(self) -> None:
         """Call after the network's weights change."""
