@@ -3,7 +3,8 @@
 :class:`ModelSearchAdapter` runs the initial inference for B observations, keeps every hidden
 state of the search in one preallocated buffer ``[B, num_simulations + 1, ...]`` and exposes
 ``recurrent_fn(parent_index, action, node_index)`` as the search expects, so the tree code never
-sees a tensor. MLP networks on the CPU run through a NumPy snapshot of their weights.
+sees a tensor. MLP networks on the CPU run through a NumPy snapshot of their weights; other
+networks through :func:`~muzero_gym.networks.inference_network` (batch norm folded).
 :func:`plan` does a whole batched search for a batch of observations.
 """
 
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 
 from muzero_gym.mcts import BatchedMCTS, SearchResult
-from muzero_gym.networks import MuZeroNetwork
+from muzero_gym.networks import MuZeroNetwork, inference_network
 from muzero_gym.numpy_inference import NumpyMLP
 
 
@@ -22,7 +23,9 @@ class ModelSearchAdapter:
 
     An MLP network on the CPU runs through its NumPy snapshot (:mod:`numpy_inference`), which
     is several times cheaper per call at self-play batch sizes; call :meth:`refresh` after the
-    network's weights change. Other networks run in PyTorch on ``device``.
+    network's weights change. Other networks run in PyTorch on ``device``, through
+    :func:`~muzero_gym.networks.inference_network` (batch norm folded into the convolutions)
+    when ``network`` is in eval mode; :meth:`refresh` retakes that copy too.
     """
 
     def __init__(self, network: MuZeroNetwork, num_simulations: int,
@@ -34,12 +37,16 @@ class ModelSearchAdapter:
         self._hidden: torch.Tensor | np.ndarray | None = None
         self._rows: torch.Tensor | np.ndarray | None = None
         self._numpy: NumpyMLP | None = None
+        self._model: MuZeroNetwork = network
         self.refresh()
 
     def refresh(self) -> None:
-        """Takes a new NumPy snapshot of the weights (no-op for the PyTorch path)."""
+        """Takes a new snapshot of the weights (NumPy, or the folded inference copy)."""
         allowed = self.use_numpy and self.device.type == "cpu"
         self._numpy = NumpyMLP.from_network(self.network) if allowed else None
+        if self._numpy is None:
+            self._model = self.network if self.network.training else \
+                inference_network(self.network)
 
     def _store_roots(self, hidden, batch: int) -> None:
         shape = (batch, self.num_nodes, *hidden.shape[1:])
@@ -62,9 +69,9 @@ class ModelSearchAdapter:
             self._store_roots(hidden, batch)
             return value, logits
         obs = torch.as_tensor(observations, device=self.device)
-        out = self.network.initial_inference(obs)
+        out = self._model.initial_inference(obs)
         self._store_roots(out.hidden, batch)
-        value = self.network.value_scalar(out.value_logits)
+        value = self._model.value_scalar(out.value_logits)
         return value.double().cpu().numpy(), out.policy_logits.double().cpu().numpy()
 
     def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray,
@@ -83,10 +90,10 @@ class ModelSearchAdapter:
                          node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parents = torch.as_tensor(parent_index, device=self.device, dtype=torch.long)
         actions = torch.as_tensor(action, device=self.device, dtype=torch.long)
-        out = self.network.recurrent_inference(self._hidden[self._rows, parents], actions)
+        out = self._model.recurrent_inference(self._hidden[self._rows, parents], actions)
         self._hidden[:, node_index] = out.hidden
-        reward = self.network.reward_scalar(out.reward_logits)
-        value = self.network.value_scalar(out.value_logits)
+        reward = self._model.reward_scalar(out.reward_logits)
+        value = self._model.value_scalar(out.value_logits)
         return (reward.double().cpu().numpy(), value.double().cpu().numpy(),
                 out.policy_logits.double().cpu().numpy())
 

@@ -9,7 +9,13 @@ import torch
 from muzero_gym.config import ModelConfig
 from muzero_gym.inference import plan
 from muzero_gym.mcts import BatchedMCTS, SearchSettings
-from muzero_gym.networks import MLPNetwork, ResNetNetwork, build_network, scale_gradient
+from muzero_gym.networks import (
+    MLPNetwork,
+    ResNetNetwork,
+    build_network,
+    inference_network,
+    scale_gradient,
+)
 from muzero_gym.support import h, h_inverse, scalar_to_support, support_to_scalar
 
 VALUES = torch.tensor([-12345.0, -300.0, -3.7, -1.0, 0.0, 0.3, 1.0, 42.0, 9999.0],
@@ -111,3 +117,40 @@ def test_numpy_inference_matches_torch():
     expected = torch_reference(net, obs, actions)
     for got, want in zip((hidden, value, logits, nxt, reward, value2, logits2), expected):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["resnet_small", "resnet"])
+def test_inference_network_folds_batch_norm_without_changing_outputs(kind):
+    torch.manual_seed(0)
+    config = ModelConfig(kind=kind, num_channels=16, num_blocks=1, value_support_size=4,
+                         reward_support_size=4)
+    net = build_network(config, (4, 96, 96), 6, image_input=True)
+    for module in net.modules():  # trained-looking statistics, so folding has work to do
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.uniform_(0.5, 1.5)
+            module.bias.data.uniform_(-0.2, 0.2)
+    for head in (net.value_head, net.policy_head, net.reward_head):
+        torch.nn.init.normal_(head[-1].weight, std=0.3)
+    with pytest.raises(ValueError, match="eval mode"):
+        inference_network(net)
+    net.eval()
+    fast = inference_network(net)
+    assert fast is not net
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fast.modules())
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())  # original kept
+    obs = torch.randint(0, 255, (3, 4, 96, 96), dtype=torch.uint8)
+    actions = torch.tensor([0, 3, 5])
+    with torch.no_grad():
+        want = net.initial_inference(obs)
+        got = fast.initial_inference(obs)
+        want_next = net.recurrent_inference(want.hidden, actions)
+        got_next = fast.recurrent_inference(got.hidden, actions)
+    for a, b in zip((*got, *got_next), (*want, *want_next)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_inference_network_keeps_networks_without_batch_norm():
+    net = build_network(ModelConfig(hidden_size=8, layer_size=16), (4,), 3).eval()
+    assert inference_network(net) is net
