@@ -283,13 +283,16 @@ class MuZeroAgent:
             self._logger.flush()
 
     def play_against(self, opponent: Opponent, num_games: int, seed: int | None = None,
-                     agent_seats: tuple[int, ...] = (0, 1), progress: bool = False
-                     ) -> MatchResult:
+                     agent_seats: tuple[int, ...] = (0, 1), progress: bool = False,
+                     opening_plies: int | None = None) -> MatchResult:
         """Greedy games against ``opponent`` (two-player envs); by default half of them with
-        the agent moving first (see :func:`muzero_gym.arena.play_matches`)."""
+        the agent moving first, each after ``opening_plies`` random moves (default
+        ``train.eval_opening_plies``; see :func:`muzero_gym.arena.play_matches`)."""
         self.sync_selfplay_weights()
+        if opening_plies is None:
+            opening_plies = self.config.train.eval_opening_plies
         return play_matches(self, opponent, num_games, seed=seed, agent_seats=agent_seats,
-                            progress=progress)
+                            progress=progress, opening_plies=opening_plies)
 
     def search_games(self, games: list[Game], envs: list) -> SearchResult:
         """One batched search from the current state of each game; ``envs[i]`` is the env

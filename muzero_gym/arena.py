@@ -5,6 +5,10 @@ seat in half of them and the second seat in the other half, plays greedily (no n
 visited action) with one batched search over every game where it is to move, and the opponent
 (see :mod:`muzero_gym.envs.opponents`) answers in the others. A game's winner is the mover of a
 positive reward (the contract of :mod:`muzero_gym.envs.board`); 0 at the end is a draw.
+
+A greedy agent against a deterministic opponent plays the same game over and over, so a match
+can start each game after ``opening_plies`` uniformly random legal moves (both sides): games come
+in pairs that share an opening with the seats swapped, as engine matches use opening books.
 """
 
 from __future__ import annotations
@@ -59,26 +63,57 @@ class MatchResult:
                 f"as second: {self.wins[1]}/{self.draws[1]}/{self.losses[1]})")
 
 
+def random_openings(env: gym.Env, count: int, plies: int, rng: np.random.Generator
+                    ) -> list[list[int]]:
+    """``count`` sequences of ``plies`` uniformly random legal moves (``info["action_mask"]``)
+    that do not end the game, drawn by playing them on ``env``."""
+    openings = []
+    for _ in range(50 * count):
+        if len(openings) == count:
+            return openings
+        _, info = env.reset(seed=int(rng.integers(2**31)))
+        moves: list[int] = []
+        while len(moves) < plies:
+            action = int(rng.choice(np.flatnonzero(info["action_mask"])))
+            _, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+            moves.append(action)
+        if len(moves) == plies:
+            openings.append(moves)
+    raise ValueError(f"could not find {count} openings of {plies} plies that do not end the game")
+
+
 def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,
                  seed: int | None = None, agent_seats: tuple[int, ...] = (0, 1),
-                 progress: bool = False) -> MatchResult:
-    """Plays ``num_games`` games; game ``i`` gives the agent seat ``agent_seats[i % len]``."""
+                 progress: bool = False, opening_plies: int = 0) -> MatchResult:
+    """Plays ``num_games`` games; game ``i`` gives the agent seat ``agent_seats[i % len]`` and
+    starts after the random opening ``i // len(agent_seats)`` of ``opening_plies`` moves."""
     if agent.config.env.num_players != 2:
         raise ValueError("matches need a two-player env (env.num_players = 2)")
     if num_games < 1:
         raise ValueError(f"num_games = {num_games}: must be >= 1")
+    if opening_plies < 0:
+        raise ValueError(f"opening_plies = {opening_plies}: must be >= 0")
     envs = [make_env(agent.config.env) for _ in range(num_games)]
     seats = np.array([agent_seats[i % len(agent_seats)] for i in range(num_games)])
+    openings = [[] for _ in range(num_games)]
+    if opening_plies:
+        count = -(-num_games // len(agent_seats))
+        drawn = random_openings(envs[0], count, opening_plies, np.random.default_rng(seed))
+        openings = [drawn[i // len(agent_seats)] for i in range(num_games)]
     result = MatchResult()
     bar = Progress(num_games, "games", enabled=progress)
     try:
-        games, infos = [], []
+        games = []
         for i, env in enumerate(envs):
             observation, info = env.reset(seed=None if seed is None else seed + i)
             game = agent.new_game()
             game.start(observation, info)
+            for action in openings[i]:
+                observation, reward, terminated, truncated, info = env.step(action)
+                game.record_step(action, float(reward), observation, terminated, truncated, info)
             games.append(game)
-            infos.append(info)
         active = np.ones(num_games, dtype=np.bool_)
         while active.any():
             actions = np.zeros(num_games, dtype=np.int64)

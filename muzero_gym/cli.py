@@ -55,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--opponent", choices=("random", "perfect", "alphabeta"),
                           help="two-player games: opponent (default train.eval_opponent)")
     evaluate.add_argument("--depth", type=int, help="search depth of the alphabeta opponent")
+    evaluate.add_argument("--opening-plies", type=int, metavar="N",
+                          help="two players: open each game with N random moves, pairs of games "
+                               "sharing one with the seats swapped (default "
+                               "train.eval_opening_plies)")
 
     play = sub.add_parser("play", help="play against a trained agent in the terminal")
     play.add_argument("checkpoint", help="a run folder or a checkpoint file")
@@ -172,7 +176,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     if agent.config.env.num_players == 2:
         name = args.opponent or train.eval_opponent
         opponent = _opponent(name, args.depth or train.eval_opponent_depth, args.seed)
-        result = agent.play_against(opponent, args.episodes, seed=args.seed, progress=True)
+        if args.opening_plies is not None and args.opening_plies < 0:
+            raise ConfigError(f"--opening-plies = {args.opening_plies}: must be >= 0")
+        result = agent.play_against(opponent, args.episodes, seed=args.seed, progress=True,
+                                    opening_plies=args.opening_plies)
         print(f"{agent.config.env.id} against {name}: {result.summary()}")
         return 0
     returns = agent.evaluate(args.episodes, render=args.render, progress=True, seed=args.seed)

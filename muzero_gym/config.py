@@ -285,6 +285,9 @@ class TrainConfig(_Section):
         "random", "two-player evaluation opponent: random, perfect (exhaustive alpha-beta, small "
         "games) or alphabeta (depth-limited)", choices=("random", "perfect", "alphabeta"))
     eval_opponent_depth: int = _field(2, "search depth of the alphabeta opponent", low=1)
+    eval_opening_plies: int = _field(
+        0, "two-player evaluation: random moves that open each game (pairs of games share an "
+        "opening with the seats swapped), so that greedy play does not repeat one game", low=0)
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,44 @@ def test_matches_count_every_game_and_alternate_seats():
     assert result.win_rate + result.draw_rate + result.loss_rate == pytest.approx(1.0)
 
 
+def test_random_openings_are_legal_unfinished_and_varied():
+    from muzero_gym.arena import random_openings
+    from muzero_gym.environment import make_env
+
+    config = load_config("connect4")
+    env = make_env(config.env)
+    openings = random_openings(env, 20, 3, np.random.default_rng(0))
+    assert len(openings) == 20 and all(len(o) == 3 for o in openings)
+    assert all(0 <= a < 7 for o in openings for a in o)
+    assert len({tuple(o) for o in openings}) > 10
+    with pytest.raises(ValueError, match="openings"):  # TicTacToe is over within 9 plies
+        random_openings(make_env(load_config("tictactoe").env), 1, 9, np.random.default_rng(0))
+
+
+class FirstBoardsOpponent:
+    """Plays the lowest legal move and remembers the stones on the board at its first turn."""
+
+    def __init__(self):
+        self.first_stones: dict[int, int] = {}
+
+    def choose(self, env, legal_mask):
+        board = env.unwrapped.get_state().board
+        self.first_stones.setdefault(id(env), int((board > 0).sum()))
+        return int(np.flatnonzero(legal_mask)[0])
+
+
+def test_matches_start_after_the_random_opening():
+    agent = tictactoe_agent(extra=["search.num_simulations=4"])
+    opponent = FirstBoardsOpponent()
+    result = agent.play_against(opponent, 6, seed=0, opening_plies=2)
+    assert result.games == 6
+    # As second player the opponent first moves on the 2-stone opening, as first player after
+    # the agent's reply to it.
+    assert sorted(opponent.first_stones.values()) == [2, 2, 2, 3, 3, 3]
+    with pytest.raises(ValueError, match="opening_plies"):
+        agent.play_against(opponent, 2, opening_plies=-1)
+
+
 def test_tiny_learn_on_tictactoe_logs_win_rates(tmp_path):
     agent = tictactoe_agent(tmp_path)
     agent.learn(130, progress=False)

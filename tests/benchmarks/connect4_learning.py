@@ -3,9 +3,12 @@
 Trains the ``connect4`` preset for ``--minutes`` of wall-clock time (self-play and learning on
 this machine), then plays ``--games`` greedy games (half as first player) against the
 depth-limited alpha-beta player at each depth in ``--depths`` and prints the win/draw/loss rates.
+Each pair of games opens with the same ``train.eval_opening_plies`` random moves (2 in the
+preset) with the seats swapped: greedy play against a deterministic opponent would otherwise
+repeat one game per seat. ``--save`` keeps the trained agent (``muzero-gym eval`` reads it).
 
     python tests/benchmarks/connect4_learning.py [--minutes 30] [--games 100] [--depths 2 4]
-        [--seed 0] [--set section.key=value ...]
+        [--seed 0] [--save PATH] [--set section.key=value ...]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=100)
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save", help="write the trained agent's checkpoint here")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     config = load_config("connect4", [*args.overrides, f"train.seed={args.seed}",
@@ -39,6 +43,8 @@ def main() -> None:
     minutes = (time.perf_counter() - start) / 60
     print(f"\ntrained {minutes:.1f} min: {agent.env_steps:,} env steps, "
           f"{agent.training_steps:,} learner steps")
+    if args.save:
+        agent.save(args.save)
     print(f"{'opponent':>12} {'win':>6} {'draw':>6} {'loss':>6}  (agent first / second: w/d/l)")
     for depth in args.depths:
         result = agent.play_against(AlphaBetaOpponent(depth, seed=args.seed), args.games,
