@@ -375,7 +375,7 @@ class MuZeroAgent:
                 while not game.done:
                     result = self.search_games([game], [env])
                     game.store_search_statistics(result.root_value[0], result.search_policy[0])
-                    game.apply(int(result.visit_counts[0].argmax()))
+                    game.apply(int(result.greedy_actions()[0]))
                 returns.append(float(sum(game.rewards)))
         finally:
             env.close()
@@ -383,18 +383,19 @@ class MuZeroAgent:
 
     def predict(self, observation: Any, legal_action_mask: np.ndarray | None = None,
                 to_play: int = 0, deterministic: bool = True, state: Any = None) -> int:
-        """The action the search picks for one raw env observation (most visited when
-        ``deterministic``, else sampled from the visit counts). With stacked observations the
-        observation is repeated to fill the stack; use a ``Game`` for histories. With
-        ``search.simulator`` on, ``state`` is the env's ``get_state()``."""
+        """The action the search picks for one raw env observation (when ``deterministic`` the
+        most visited, or the gumbel search's pick; else sampled from the visit counts). With
+        stacked observations the observation is repeated to fill the stack; use a ``Game`` for
+        histories. With ``search.simulator`` on, ``state`` is the env's ``get_state()``."""
         game = self.new_game()
         game.start(observation, {} if legal_action_mask is None
                    else {"action_mask": legal_action_mask})
         result = self.search_positions(game.make_image()[None], game.legal_action_mask()[None],
                                        np.array([to_play]),
                                        None if state is None else [state])
-        temperature = 0.0 if deterministic else 1.0
-        return int(select_actions(result.visit_counts, temperature, self.rng)[0])
+        if deterministic:
+            return int(result.greedy_actions()[0])
+        return int(select_actions(result.visit_counts, 1.0, self.rng)[0])
 
     # ---- saving ----------------------------------------------------------------------------
 

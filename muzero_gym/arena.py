@@ -121,7 +121,7 @@ def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,
             mine = np.flatnonzero(active & (to_play == seats))
             if mine.size:
                 searched = agent.search_games([games[i] for i in mine], [envs[i] for i in mine])
-                actions[mine] = searched.visit_counts.argmax(axis=1)
+                actions[mine] = searched.greedy_actions()
             for i in np.flatnonzero(active & (to_play != seats)):
                 actions[i] = opponent.choose(envs[i], games[i].legal_action_mask())
             for i in np.flatnonzero(active):

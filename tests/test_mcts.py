@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from reference_mcts import reference_search
 
-from muzero_gym.mcts import BatchedMCTS, SearchSettings, considered_visit_table, select_actions
+from muzero_gym.mcts import (
+    BatchedMCTS,
+    SearchResult,
+    SearchSettings,
+    considered_visit_table,
+    select_actions,
+)
 
 
 class PathModel:
@@ -184,6 +190,17 @@ def test_gumbel_root_selection_finds_the_best_arm_and_returns_an_improved_policy
     np.testing.assert_allclose(result.search_policy.sum(), 1.0)
     assert result.search_policy[0, 4] == 0.0
     assert result.search_policy[0].argmax() == 1
+
+
+def test_greedy_actions_follow_the_gumbel_pick_else_the_most_visited():
+    visits = np.array([[5, 3, 0], [0, 1, 7]], dtype=np.int32)
+    common = dict(visit_counts=visits, root_value=np.zeros(2), search_policy=np.zeros((2, 3)),
+                  qvalues=np.zeros((2, 3)), max_depth=np.zeros(2, dtype=np.int32))
+    assert SearchResult(**common, gumbel_action=None).greedy_actions().tolist() == [0, 2]
+    # Sequential halving may pick an action that is not the most visited (ties in the last round
+    # are broken by score, not visits): the pick wins.
+    picked = SearchResult(**common, gumbel_action=np.array([1, 2]))
+    assert picked.greedy_actions().tolist() == [1, 2]
 
 
 def test_gumbel_with_noise_visits_only_considered_actions():

@@ -80,6 +80,13 @@ class SearchResult:
     max_depth: np.ndarray  # [B] int32, deepest node expanded
     gumbel_action: np.ndarray | None  # [B] int64, sequential halving's pick (gumbel only)
 
+    def greedy_actions(self) -> np.ndarray:
+        """[B] int64: the action to play without exploration, sequential halving's pick for
+        gumbel (deterministic when the search ran without noise), else the most visited."""
+        if self.gumbel_action is not None:
+            return self.gumbel_action.astype(np.int64)
+        return self.visit_counts.argmax(axis=1).astype(np.int64)
+
 
 @functools.lru_cache(maxsize=64)
 def considered_visit_table(max_considered: int, num_simulations: int) -> np.ndarray:
