@@ -142,13 +142,25 @@ def test_inference_network_folds_batch_norm_without_changing_outputs(kind):
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())  # original kept
     obs = torch.randint(0, 255, (3, 4, 96, 96), dtype=torch.uint8)
     actions = torch.tensor([0, 3, 5])
+
+    def assert_same_outputs():
+        with torch.no_grad():
+            want = net.initial_inference(obs)
+            got = fast.initial_inference(obs)
+            want_next = net.recurrent_inference(want.hidden, actions)
+            got_next = fast.recurrent_inference(got.hidden, actions)
+        for a, b in zip((*got, *got_next), (*want, *want_next)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+    assert_same_outputs()
+    assert inference_network(net) is fast  # unchanged weights: the same copy
+    # New weights (as a learner step or load_state_dict writes them) reach the same copy.
     with torch.no_grad():
-        want = net.initial_inference(obs)
-        got = fast.initial_inference(obs)
-        want_next = net.recurrent_inference(want.hidden, actions)
-        got_next = fast.recurrent_inference(got.hidden, actions)
-    for a, b in zip((*got, *got_next), (*want, *want_next)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        net.dynamics_conv.weight.mul_(1.5)
+        net.dynamics_bn.running_var.mul_(2.0)
+        net.prediction_tower[0].conv1.weight.add_(0.05)
+    assert inference_network(net) is fast
+    assert_same_outputs()
 
 
 def test_inference_network_keeps_networks_without_batch_norm():
