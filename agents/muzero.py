@@ -30,7 +30,7 @@ import torch
 from muzero_gym.arena import MatchResult, Opponent, play_matches
 from muzero_gym.atari import human_normalized_score
 from muzero_gym.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from muzero_gym.config import Config, config_from_dict
+from muzero_gym.config import Config, ConfigError, config_from_dict
 from muzero_gym.environment import make_env, make_vector_env
 from muzero_gym.envs.opponents import make_opponent
 from muzero_gym.game import Game, ObservationEncoder, stacked_shape
@@ -56,6 +56,9 @@ class MuZeroAgent:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         train = config.train
         self._set_threads()
+        if train.num_unroll_steps == 0 and not config.search.simulator:
+            raise ConfigError("train.num_unroll_steps = 0 never trains the dynamics function that "
+                              "a learned-model search steps: use it with search.simulator = true")
         self.device = resolve_device(train.device)
         self.inference_device = resolve_device(train.inference_device)
 

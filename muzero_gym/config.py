@@ -239,7 +239,9 @@ class TrainConfig(_Section):
     discount: float = _field(0.997, "discount of rewards and bootstrap values",
                              low=0.0, high=1.0)
     td_steps: int = _field(10, "n of the n-step value target", low=1)
-    num_unroll_steps: int = _field(5, "K: steps the dynamics function is unrolled", low=1)
+    num_unroll_steps: int = _field(
+        5, "K: steps the dynamics function is unrolled; 0 trains representation and prediction "
+        "only (AlphaZero, for search.simulator = true)", low=0)
     batch_size: int = _field(256, "positions per learner step", low=1)
     optimizer: str = _field("sgd", "sgd (with momentum) or adam", choices=("sgd", "adam"))
     lr_init: float = _field(0.05, "initial learning rate", low=0.0, low_open=True)

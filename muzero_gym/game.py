@@ -45,12 +45,17 @@ class ObservationEncoder:
     """Encodes observations of one Gymnasium space into the arrays the model reads.
 
     ``shape`` and ``dtype`` describe one encoded observation: [C, H, W] uint8 for images
-    (a 2-D image gets C = 1, channels-last images are transposed), [F] float32 otherwise.
+    (a 2-D image gets C = 1, channels-last images are transposed), [C, H, W] float32 for a float
+    Box of rank 3 (board planes, ``is_planes``), [F] float32 otherwise. Images and planes
+    (``is_spatial``) stack on the channel axis, so convolutional models can read them.
     """
 
     def __init__(self, space: gym.Space):
         self.space = space
         self.is_image = isinstance(space, spaces.Box) and _is_image(space)
+        self.is_planes = (isinstance(space, spaces.Box) and not self.is_image
+                          and len(space.shape) == 3)
+        self.is_spatial = self.is_image or self.is_planes
         self._channels_last = False
         if self.is_image:
             shape = space.shape
@@ -61,6 +66,9 @@ class ObservationEncoder:
                 shape = (shape[2], shape[0], shape[1])
             self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
             self.dtype = np.dtype(np.uint8)
+        elif self.is_planes:
+            self.shape = tuple(int(d) for d in space.shape)
+            self.dtype = np.dtype(np.float32)
         else:
             self.shape = (self._flat_size(space, "observation space"),)
             self.dtype = np.dtype(np.float32)
@@ -91,6 +99,8 @@ class ObservationEncoder:
                 return image[None]
             return np.ascontiguousarray(image.transpose(2, 0, 1)) if self._channels_last \
                 else image
+        if self.is_planes:
+            return np.array(observation, dtype=np.float32, copy=True)
         return self._flatten(self.space, observation)
 
     def _flatten(self, space: gym.Space, observation: Any) -> np.ndarray:
@@ -108,7 +118,7 @@ class ObservationEncoder:
 def stacked_shape(encoder: ObservationEncoder, num_stacked_observations: int,
                   stack_actions: bool, num_actions: int) -> tuple[int, ...]:
     """Shape of ``Game.make_image`` for these settings."""
-    if encoder.is_image:
+    if encoder.is_spatial:
         channels = encoder.shape[0] * num_stacked_observations
         if stack_actions:
             channels += num_stacked_observations
@@ -262,7 +272,7 @@ class Game:
         """Model input at state ``index``: the last N observations (the first repeated before the
         start), stacked on the first axis; with ``stack_actions``, the actions that led to them
         (images: a constant plane of round(255 * (a + 1) / A), 0 before the start; vectors: a
-        one-hot of A, zeros before the start)."""
+        one-hot of A, zeros before the start; planes: a constant plane of (a + 1) / A)."""
         if index < 0:
             index += len(self.observations)
         frames = [self.observations[max(i, 0)]
@@ -275,6 +285,11 @@ class Game:
             height, width = self.encoder.shape[1:]
             planes = [np.full((1, height, width), round(255 * (a + 1) / self.num_actions)
                               if a >= 0 else 0, dtype=np.uint8) for a in previous]
+            return np.concatenate(frames + planes, axis=0)
+        if self.encoder.is_planes:
+            height, width = self.encoder.shape[1:]
+            planes = [np.full((1, height, width), (a + 1) / self.num_actions if a >= 0 else 0.0,
+                              dtype=np.float32) for a in previous]
             return np.concatenate(frames + planes, axis=0)
         one_hots = np.zeros((len(previous), self.num_actions), dtype=np.float32)
         for row, a in enumerate(previous):

@@ -255,12 +255,12 @@ class ResNetNetwork(MuZeroNetwork):
 
 def build_network(config: ModelConfig, observation_shape: tuple[int, ...], num_actions: int,
                   image_input: bool = False) -> MuZeroNetwork:
-    """The network the config asks for. ``auto`` picks ``resnet_small`` for [C, H, W] image
-    inputs and ``mlp`` otherwise; ``image_input`` says the input is uint8 pixels (scaled by
-    1/255 inside the network)."""
+    """The network the config asks for. ``auto`` picks ``resnet_small`` for image inputs and
+    ``mlp`` otherwise; ``image_input`` says the input is uint8 pixels (scaled by 1/255 inside
+    the network). Convolutional kinds read any [C, H, W] input (images or float planes)."""
     kind = config.kind
     if kind == "auto":
-        kind = "resnet_small" if len(observation_shape) == 3 else "mlp"
+        kind = "resnet_small" if image_input and len(observation_shape) == 3 else "mlp"
     if kind == "mlp":
         size = 1
         for dim in observation_shape:

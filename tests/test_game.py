@@ -9,7 +9,7 @@ from gymnasium import spaces
 
 from muzero_gym.config import EnvConfig
 from muzero_gym.environment import EnvError, make_env
-from muzero_gym.game import Game, ObservationEncoder, SpaceError
+from muzero_gym.game import Game, ObservationEncoder, SpaceError, stacked_shape
 
 
 def test_box_vector_observations_are_flattened_float32():
@@ -28,6 +28,23 @@ def test_images_are_channels_first_uint8():
     assert gray.shape == (1, 84, 84)
     chw = ObservationEncoder(spaces.Box(0, 255, (4, 84, 84), np.uint8))
     assert chw.shape == (4, 84, 84)
+
+
+def test_float_planes_keep_their_shape_and_stack_on_channels():
+    enc = ObservationEncoder(spaces.Box(0.0, 1.0, (3, 6, 7), np.float32))
+    assert enc.is_planes and enc.is_spatial and not enc.is_image
+    assert enc.shape == (3, 6, 7) and enc.dtype == np.float32
+    board = np.random.default_rng(0).random((3, 6, 7)).astype(np.float32)
+    np.testing.assert_array_equal(enc.encode(board), board)
+    assert stacked_shape(enc, 2, True, 7) == (8, 6, 7)
+    game = Game(7, enc, num_stacked_observations=2, stack_actions=True)
+    game.start(board)
+    game.record_step(3, 0.0, board + 1, False, False)
+    stack = game.make_image()
+    assert stack.shape == (8, 6, 7) and stack.dtype == np.float32
+    np.testing.assert_array_equal(stack[:3], board)
+    np.testing.assert_array_equal(stack[3:6], board + 1)
+    assert (stack[6] == 0).all() and np.allclose(stack[7], 4 / 7)  # none, then action 3 of 7
 
 
 def test_discrete_multibinary_tuple_and_dict_are_flattened():

@@ -72,6 +72,16 @@ def test_resnet_downsamples_96_to_6(kind):
     assert nxt.hidden.shape == out.hidden.shape and nxt.policy_logits.shape == (2, 6)
 
 
+def test_resnet_without_downsampling_reads_board_planes():
+    config = ModelConfig(kind="resnet", num_channels=8, num_blocks=1, downsample=False,
+                         value_support_size=1, reward_support_size=1)
+    net = build_network(config, (3, 6, 7), 7)
+    out = net.initial_inference(torch.rand(2, 3, 6, 7))
+    assert out.hidden.shape == (2, 8, 6, 7) and out.policy_logits.shape == (2, 7)
+    # auto stays an MLP for float planes: only uint8 images get the Atari network
+    assert isinstance(build_network(ModelConfig(kind="auto"), (3, 6, 7), 7), MLPNetwork)
+
+
 def test_small_resnet_size_is_efficientzero_scale():
     net = build_network(ModelConfig(kind="resnet_small", value_support_size=300,
                                     reward_support_size=300), (4, 96, 96), 18, image_input=True)

@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from muzero_gym import targets
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.cli import main
-from muzero_gym.config import load_config
+from muzero_gym.config import ConfigError, load_config
 from muzero_gym.envs.opponents import RandomOpponent
 from muzero_gym.mcts import BatchedMCTS, SearchSettings
 from muzero_gym.play import play_in_terminal
@@ -152,6 +152,16 @@ def test_matches_start_after_the_random_opening():
     assert sorted(opponent.first_stones.values()) == [2, 2, 2, 3, 3, 3]
     with pytest.raises(ValueError, match="opening_plies"):
         agent.play_against(opponent, 2, opening_plies=-1)
+
+
+def test_alphazero_mode_trains_without_unrolling():
+    agent = tictactoe_agent(extra=["train.num_unroll_steps=0"])
+    agent.learn(100, progress=False)
+    assert agent.training_steps > 0
+    batch = agent.replay.sample(4, agent.rng)
+    assert batch.actions.shape == (4, 0) and batch.target_policy.shape == (4, 1, 9)
+    with pytest.raises(ConfigError, match="simulator"):
+        MuZeroAgent(load_config("cartpole", ["train.num_unroll_steps=0"]))
 
 
 def test_tiny_learn_on_tictactoe_logs_win_rates(tmp_path):
