@@ -2,6 +2,8 @@
 
 Trains the ``g2048`` preset for ``--minutes`` of wall-clock time, then plays ``--games`` greedy
 games and prints the median and the distribution of the largest tile reached, and the scores.
+``--minutes 0`` plays the same games with the untrained network: the baseline that the search
+with the real game reaches on its own.
 
     python tests/benchmarks/g2048.py [--minutes 30] [--games 20] [--seed 0]
         [--set section.key=value ...]
