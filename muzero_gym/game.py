@@ -129,6 +129,15 @@ def stacked_shape(encoder: ObservationEncoder, num_stacked_observations: int,
     return (size,)
 
 
+def _action_level(action: int, num_actions: int, as_uint8: bool) -> float:
+    """Value of the plane of ``action`` (-1: none): (a + 1) / A, or round(255 (a + 1) / A)."""
+    if action < 0:
+        return 0.0
+    if as_uint8:
+        return round(255 * (action + 1) / num_actions)
+    return (action + 1) / num_actions
+
+
 class Game:
     """One episode: the reference's ``Game`` over a Gymnasium env.
 
@@ -281,15 +290,10 @@ class Game:
             return np.concatenate(frames, axis=0)
         previous = [self.actions[i - 1] if i > 0 else -1
                     for i in range(index - self.num_stacked_observations + 1, index + 1)]
-        if self.encoder.is_image:
-            height, width = self.encoder.shape[1:]
-            planes = [np.full((1, height, width), round(255 * (a + 1) / self.num_actions)
-                              if a >= 0 else 0, dtype=np.uint8) for a in previous]
-            return np.concatenate(frames + planes, axis=0)
-        if self.encoder.is_planes:
-            height, width = self.encoder.shape[1:]
-            planes = [np.full((1, height, width), (a + 1) / self.num_actions if a >= 0 else 0.0,
-                              dtype=np.float32) for a in previous]
+        if self.encoder.is_spatial:
+            planes = [np.full((1, *self.encoder.shape[1:]),
+                              _action_level(a, self.num_actions, self.encoder.is_image),
+                              dtype=self.encoder.dtype) for a in previous]
             return np.concatenate(frames + planes, axis=0)
         one_hots = np.zeros((len(previous), self.num_actions), dtype=np.float32)
         for row, a in enumerate(previous):

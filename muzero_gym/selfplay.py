@@ -222,11 +222,10 @@ class SelfPlay:
         return stats
 
     def _choose_actions(self, result, training_step: int) -> np.ndarray:
-        if result.gumbel_action is not None:
-            if self.greedy or self.add_noise:
-                return result.gumbel_action.astype(np.int64)
         if self.greedy:
-            return select_actions(result.visit_counts, 0.0, self.rng)
+            return result.greedy_actions()
+        if result.gumbel_action is not None and self.add_noise:
+            return result.gumbel_action.astype(np.int64)
         actions = np.empty(self.num_envs, dtype=np.int64)
         temperatures = np.array([self.search_config.temperature(training_step, len(g))
                                  for g in self.games])
