@@ -44,6 +44,7 @@ from muzero_gym.replay import ReplayBuffer
 from muzero_gym.run_log import RunLogger
 from muzero_gym.selfplay import SelfPlay
 from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
+from muzero_gym.symmetry import augment_batch, game_symmetries
 
 CHECKPOINT_VERSION = 1
 
@@ -72,6 +73,15 @@ class MuZeroAgent:
                     raise SimulatorError(
                         "search.simulator = true evaluates single observations: set "
                         "env.num_stacked_observations = 1 and env.stack_actions = false")
+            self.symmetries = game_symmetries(probe) if train.augment_symmetries else []
+            if train.augment_symmetries and not self.symmetries:
+                raise ConfigError(
+                    f"train.augment_symmetries = true, but {type(probe.unwrapped).__name__} "
+                    "declares no symmetries(): set it to false or add the method (see "
+                    "muzero_gym.symmetry)")
+            if self.symmetries and config.env.stack_actions:
+                raise ConfigError("train.augment_symmetries does not rename the actions "
+                                  "encoded in action planes: set env.stack_actions = false")
         finally:
             probe.close()
         self.encoder = ObservationEncoder(self.observation_space)
@@ -238,6 +248,8 @@ class MuZeroAgent:
         if train.reanalyse_fraction > 0:
             reanalyse(batch, self.learner.target_network, self.reanalyse_search,
                       train.reanalyse_fraction, self.rng, train.reanalyse_policy, self.device)
+        if self.symmetries:
+            augment_batch(batch, self.symmetries, self.rng)
         metrics = self.learner.train_step(batch)
         self.replay.update_priorities(batch.slots, batch.game_ids, metrics.pop("priorities"))
         for key in ("total", "value", "reward", "policy", "consistency"):

@@ -11,6 +11,7 @@ import functools
 import numpy as np
 
 from muzero_gym.envs.board import EMPTY, BoardGameEnv, BoardState
+from muzero_gym.symmetry import Symmetry
 
 # Value of a window of four that holds k stones of one player and none of the other.
 WINDOW_WEIGHTS = np.array([0.0, 0.01, 0.05, 0.25, 0.0])
@@ -52,6 +53,10 @@ class ConnectFourEnv(BoardGameEnv):
         row = int(np.flatnonzero(column == EMPTY)[-1])
         return row, action
 
+    def symmetries(self) -> list[Symmetry]:
+        """The left-right mirror: columns reversed, so column c becomes column cols - 1 - c."""
+        return [Symmetry("mirror", _mirror_columns, np.arange(self.cols)[::-1])]
+
     def heuristic(self, state: BoardState) -> float:
         """tanh of the open windows: each window of four with k of the mover's stones and none
         of the opponent's counts WINDOW_WEIGHTS[k], the opponent's count negatively."""
@@ -61,3 +66,7 @@ class ConnectFourEnv(BoardGameEnv):
         theirs = ((cells != 0) & (cells != me)).sum(axis=1)
         score = WINDOW_WEIGHTS[mine][theirs == 0].sum() - WINDOW_WEIGHTS[theirs][mine == 0].sum()
         return float(np.tanh(score))
+
+
+def _mirror_columns(observations: np.ndarray) -> np.ndarray:
+    return observations[..., ::-1]

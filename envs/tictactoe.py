@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from muzero_gym.envs.board import EMPTY, STONE_CHARS, BoardGameEnv, BoardState
+from muzero_gym.symmetry import Symmetry
 
 
 class TicTacToeEnv(BoardGameEnv):
@@ -23,6 +26,21 @@ class TicTacToeEnv(BoardGameEnv):
     def _place(self, state: BoardState, action: int) -> tuple[int, int]:
         return divmod(action, 3)
 
+    def symmetries(self) -> list[Symmetry]:
+        """The seven rotations and reflections of the square other than the identity."""
+        cells = np.arange(9).reshape(3, 3)
+        out = []
+        for turns in range(4):
+            for flip in (False, True):
+                if turns == 0 and not flip:
+                    continue
+                transform = functools.partial(_square_symmetry, turns=turns, flip=flip)
+                # transform(cells)[p] is the cell that lands on p: invert to say where cells go.
+                source = transform(cells).reshape(-1)
+                name = f"rotate {90 * turns}" + (" and mirror" if flip else "")
+                out.append(Symmetry(name, transform, np.argsort(source)))
+        return out
+
     def cell_text(self, state: BoardState, row: int, col: int) -> str:
         """Empty cells show their action number."""
         stone = int(state.board[row, col])
@@ -30,3 +48,9 @@ class TicTacToeEnv(BoardGameEnv):
 
     def axis_labels(self) -> str:
         return ""
+
+
+def _square_symmetry(observations: np.ndarray, turns: int, flip: bool) -> np.ndarray:
+    """Rotates the trailing [H, W] axes by ``turns`` quarter turns, then mirrors left-right."""
+    out = np.rot90(observations, turns, axes=(-2, -1))
+    return out[..., ::-1] if flip else out
