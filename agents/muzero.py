@@ -96,6 +96,7 @@ class MuZeroAgent:
         self.selfplay_network = copy.deepcopy(network).to(self.inference_device).eval()
         settings = SearchSettings.from_config(config)
         self.search = BatchedMCTS(settings, self.num_actions)
+        self.acting_search = self._acting_search()
         reanalyse_sims = train.reanalyse_simulations or settings.num_simulations
         self.reanalyse_search = BatchedMCTS(
             dataclasses.replace(settings, num_simulations=reanalyse_sims),
@@ -126,6 +127,21 @@ class MuZeroAgent:
             threads = 1  # env workers share the cores
         if threads > 0:
             torch.set_num_threads(threads)
+
+    def _acting_search(self) -> BatchedMCTS:
+        """The search for evaluation and play: self-play's, or one with
+        ``search.eval_simulations`` simulations."""
+        sims = self.config.search.eval_simulations
+        if sims in (0, self.search.settings.num_simulations):
+            return self.search
+        return BatchedMCTS(dataclasses.replace(self.search.settings, num_simulations=sims),
+                           self.num_actions)
+
+    def set_eval_simulations(self, num_simulations: int) -> None:
+        """Simulations per search from now on when the agent is evaluated or plays
+        (``search.eval_simulations``; 0 = as self-play). Self-play is unchanged."""
+        self.config = self.config.replace([f"search.eval_simulations={num_simulations}"])
+        self.acting_search = self._acting_search()
 
     def new_game(self) -> Game:
         env = self.config.env
@@ -324,8 +340,8 @@ class MuZeroAgent:
         """One batched search from model inputs [B, ...] with the acting weights. With
         ``search.simulator`` on, ``states`` (the envs' ``get_state()``) must be given."""
         if not self.config.search.simulator:
-            return plan(self.selfplay_network, self.search, images, legal_action_mask, to_play,
-                        self.rng, add_noise=add_noise, device=self.inference_device)
+            return plan(self.selfplay_network, self.acting_search, images, legal_action_mask,
+                        to_play, self.rng, add_noise=add_noise, device=self.inference_device)
         if states is None:
             raise ValueError("search.simulator = true: pass the envs' get_state() as states")
         if self._acting_simulator is None:
@@ -333,7 +349,7 @@ class MuZeroAgent:
         simulator = self._acting_simulator
         with torch.inference_mode():
             root_value, root_logits = simulator.initial(images, states)
-            return self.search.run(root_value, root_logits, simulator.recurrent_fn,
+            return self.acting_search.run(root_value, root_logits, simulator.recurrent_fn,
                                    legal_action_mask, to_play, self.rng, add_noise)
 
     # ---- acting -----------------------------------------------------------------------------
@@ -356,7 +372,7 @@ class MuZeroAgent:
         num_envs = min(num_episodes, self.config.env.num_envs)
         envs = make_vector_env(self.config.env, num_envs)
         eval_rng = np.random.default_rng(self.rng.integers(2**31) if seed is None else seed)
-        player = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
+        player = SelfPlay(envs, self.selfplay_network, self.acting_search, self.new_game,
                           self.config.search, eval_rng, self.inference_device, add_noise=False,
                           greedy=True, simulator=self._new_simulator())
         quota = [num_episodes // num_envs + (i < num_episodes % num_envs)

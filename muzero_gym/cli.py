@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--opponent", choices=("random", "perfect", "alphabeta"),
                           help="two-player games: opponent (default train.eval_opponent)")
     evaluate.add_argument("--depth", type=int, help="search depth of the alphabeta opponent")
+    _add_simulations(evaluate)
     evaluate.add_argument("--opening-plies", type=int, metavar="N",
                           help="two players: open each game with N random moves, pairs of games "
                                "sharing one with the seats swapped (default "
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     play.add_argument("--human-first", action="store_true", help="you move first (two players)")
     play.add_argument("--watch", action="store_true", help="the agent plays both sides")
     play.add_argument("--seed", type=int, help="seed of the env")
+    _add_simulations(play)
 
     sub.add_parser("presets", help="list the shipped presets")
     config = sub.add_parser("config", help="print the resolved config as TOML")
@@ -76,6 +78,24 @@ def _parser() -> argparse.ArgumentParser:
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+
+
+def _add_simulations(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--simulations", type=int, metavar="N",
+                        help="simulations per search (default search.eval_simulations, or "
+                             "search.num_simulations when that is 0)")
+
+
+def _load_acting_agent(args: argparse.Namespace):
+    """The checkpoint's agent, searching with ``--simulations`` if given."""
+    from muzero_gym.agents.muzero import MuZeroAgent
+
+    if args.simulations is not None and args.simulations < 1:
+        raise ConfigError(f"--simulations = {args.simulations}: must be >= 1")
+    agent = MuZeroAgent.load(args.checkpoint)
+    if args.simulations is not None:
+        agent.set_eval_simulations(args.simulations)
+    return agent
 
 
 def resolve_config(target: str, overrides: Sequence[str] = ()) -> Config:
@@ -167,11 +187,10 @@ def _opponent(name: str, depth: int, seed: int | None):
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from muzero_gym.agents.muzero import MuZeroAgent
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes = {args.episodes}: must be >= 1")
-    agent = MuZeroAgent.load(args.checkpoint)
+    agent = _load_acting_agent(args)
     train = agent.config.train
     if agent.config.env.num_players == 2:
         name = args.opponent or train.eval_opponent
@@ -189,10 +208,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from muzero_gym.agents.muzero import MuZeroAgent
     from muzero_gym.play import play_in_terminal
 
-    agent = MuZeroAgent.load(args.checkpoint)
+    agent = _load_acting_agent(args)
     play_in_terminal(agent, human_first=args.human_first, watch=args.watch, seed=args.seed)
     return 0
 

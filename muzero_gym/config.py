@@ -170,6 +170,9 @@ class SearchConfig(_Section):
 
     _name = "search"
     num_simulations: int = _field(50, "simulations per search", low=1)
+    eval_simulations: int = _field(
+        0, "simulations per search when the agent is evaluated or plays (evaluation, matches, "
+        "muzero-gym play/eval, predict); 0 = num_simulations", low=0)
     pb_c_base: float = _field(19652.0, "pUCT c_base", low=0.0, low_open=True)
     pb_c_init: float = _field(1.25, "pUCT c_init", low=0.0)
     exploration_constant: float = _field(

@@ -78,7 +78,7 @@ def play_in_terminal(agent: MuZeroAgent, human_first: bool = True, watch: bool =
                     return "quit"
             else:
                 result = agent.search_games([game], [env])
-                print("\n".join(agent.search.describe(0, depth=2)), file=out)
+                print("\n".join(agent.acting_search.describe(0, depth=2)), file=out)
                 action = int(result.greedy_actions()[0])
                 print(f"agent plays {action}", file=out)
             observation, reward, terminated, truncated, info = env.step(action)

@@ -15,6 +15,7 @@ from muzero_gym import targets
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.cli import main
 from muzero_gym.config import ConfigError, load_config
+from muzero_gym.environment import make_env
 from muzero_gym.envs.opponents import RandomOpponent
 from muzero_gym.mcts import BatchedMCTS, SearchSettings
 from muzero_gym.play import play_in_terminal
@@ -223,6 +224,22 @@ def test_play_command_with_piped_input(tmp_path):
     assert "'x' is not a move" in done.stdout
     assert "won" in done.stdout or "draw" in done.stdout or "quit" in done.stdout
     assert main(["eval", str(path), "--episodes", "4", "--opponent", "random"]) == 0
+    assert main(["eval", str(path), "--episodes", "2", "--simulations", "6"]) == 0
+    assert main(["eval", str(path), "--simulations", "0"]) == 2
+
+
+def test_evaluation_and_play_search_with_eval_simulations():
+    agent = tictactoe_agent(extra=["search.num_simulations=4", "search.eval_simulations=12"])
+    game = agent.new_game()
+    env = make_env(agent.config.env)
+    game.start(*env.reset(seed=0))
+    assert agent.search_games([game], [env]).visit_counts.sum() == 12
+    assert agent.search.settings.num_simulations == 4  # self-play keeps its own
+    agent.set_eval_simulations(0)
+    assert agent.search_games([game], [env]).visit_counts.sum() == 4
+    agent.set_eval_simulations(9)
+    assert agent.config.search.eval_simulations == 9
+    assert agent.search_games([game], [env]).visit_counts.sum() == 9
 
 
 def test_play_needs_an_env_that_renders_as_text():
