@@ -1,8 +1,9 @@
 """Win rate of the connect4 preset against alpha-beta players after a fixed training time.
 
 Trains the ``connect4`` preset for ``--minutes`` of wall-clock time (self-play and learning on
-this machine), then plays ``--games`` greedy games (half as first player) against the
-depth-limited alpha-beta player at each depth in ``--depths`` and prints the win/draw/loss rates.
+this machine), then plays ``--games`` greedy games (half as first player, each move searched
+with ``search.eval_simulations``) against the depth-limited alpha-beta player at each depth in
+``--depths`` and prints the win/draw/loss rates.
 Each pair of games opens with the same ``train.eval_opening_plies`` random moves (2 in the
 preset) with the seats swapped: greedy play against a deterministic opponent would otherwise
 repeat one game per seat. ``--save`` keeps the trained agent (``muzero-gym eval`` reads it).
@@ -45,6 +46,9 @@ def main() -> None:
           f"{agent.training_steps:,} learner steps")
     if args.save:
         agent.save(args.save)
+    search = config.search
+    print(f"greedy games, {search.eval_simulations or search.num_simulations} simulations per "
+          f"move (self-play: {search.num_simulations})")
     print(f"{'opponent':>12} {'win':>6} {'draw':>6} {'loss':>6}  (agent first / second: w/d/l)")
     for depth in args.depths:
         result = agent.play_against(AlphaBetaOpponent(depth, seed=args.seed), args.games,
