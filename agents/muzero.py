@@ -350,7 +350,7 @@ class MuZeroAgent:
         with torch.inference_mode():
             root_value, root_logits = simulator.initial(images, states)
             return self.acting_search.run(root_value, root_logits, simulator.recurrent_fn,
-                                   legal_action_mask, to_play, self.rng, add_noise)
+                                          legal_action_mask, to_play, self.rng, add_noise)
 
     # ---- acting -----------------------------------------------------------------------------
 
