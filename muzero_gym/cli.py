@@ -187,7 +187,6 @@ def _opponent(name: str, depth: int, seed: int | None):
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-
     if args.episodes < 1:
         raise ConfigError(f"--episodes = {args.episodes}: must be >= 1")
     agent = _load_acting_agent(args)
