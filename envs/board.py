@@ -13,10 +13,18 @@ offer to be played by muzero_gym with ``env.num_players = 2``):
 - ``get_state()`` / ``set_state(state)`` copy and restore the whole game, which lets the search
   step a copy of the real game (``search.simulator = true``) and lets the opponents in
   :mod:`muzero_gym.envs.opponents` look ahead.
+- Optionally, ``simulate(states, actions)`` plays one move in each of many positions at once
+  (see :meth:`BoardGameEnv.simulate`); the search then expands a whole batch of nodes in one call
+  instead of one ``set_state``/``step``/``get_state`` round per node.
+
+The rules here are written for a batch of boards ([B, rows, cols] arrays); one position is a
+batch of one, so the env's own ``step``, the search and the opponents share one implementation.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -91,11 +99,42 @@ class TextGameEnv(gym.Env):
         return text
 
 
+@functools.cache
+def line_windows(rows: int, cols: int, length: int) -> np.ndarray:
+    """[W, length] flat cell indices of every horizontal, vertical and diagonal line of
+    ``length`` cells on a ``rows`` x ``cols`` board."""
+    windows = []
+    for r in range(rows):
+        for c in range(cols):
+            for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+                cells = [(r + k * dr, c + k * dc) for k in range(length)]
+                if all(0 <= rr < rows and 0 <= cc < cols for rr, cc in cells):
+                    windows.append([rr * cols + cc for rr, cc in cells])
+    return np.array(windows, dtype=np.int64).reshape(-1, length)
+
+
+@functools.cache
+def lines_through_cells(rows: int, cols: int, length: int) -> np.ndarray:
+    """[rows * cols, K, length]: for each cell, the lines of ``length`` cells that contain it
+    (cells in fewer than K lines repeat one of theirs; a cell in none repeats a line that it
+    cannot complete, its own cell ``length`` times, which only matters for ``length`` = 1)."""
+    windows = line_windows(rows, cols, length)
+    per_cell = [windows[(windows == cell).any(axis=1)] for cell in range(rows * cols)]
+    width = max(1, max(len(lines) for lines in per_cell))
+    out = np.empty((rows * cols, width, length), dtype=np.int64)
+    for cell, lines in enumerate(per_cell):
+        if len(lines) == 0:
+            lines = np.full((1, length), cell)
+        out[cell] = lines[np.arange(width) % len(lines)]
+    return out
+
+
 class BoardGameEnv(TextGameEnv):
     """Two-player alternating board game on a ``rows`` x ``cols`` grid (see module doc).
 
-    Subclasses define ``num_actions``, :meth:`legal_mask` and :meth:`_place` (where a move puts
-    its stone) and the number in a row that wins (``connect``).
+    Subclasses define ``num_actions``, :meth:`legal_masks` (which moves are legal on a batch of
+    boards), :meth:`target_cells` (where each move puts its stone) and the number in a row that
+    wins (``connect``).
     """
 
     connect = 3
@@ -105,51 +144,76 @@ class BoardGameEnv(TextGameEnv):
         self.rows, self.cols = rows, cols
         self.observation_space = spaces.Box(0.0, 1.0, (3, rows, cols), dtype=np.float32)
         self.action_space = spaces.Discrete(num_actions)
+        self._lines = lines_through_cells(rows, cols, self.connect)
         self.state = self.initial_state()
 
-    # ---- rules (pure functions of a state) ---------------------------------------------------
+    # ---- rules (pure functions of a batch of boards) -----------------------------------------
 
     def initial_state(self) -> BoardState:
         return BoardState(np.zeros((self.rows, self.cols), dtype=np.int8))
 
-    def legal_mask(self, state: BoardState) -> np.ndarray:
+    def legal_masks(self, boards: np.ndarray) -> np.ndarray:
+        """[B, num_actions] bool: the moves the rules allow on each of ``boards`` [B, rows, cols]
+        (whether a game is over is not the boards' concern: see :meth:`legal_mask`)."""
         raise NotImplementedError
 
-    def _place(self, state: BoardState, action: int) -> tuple[int, int]:
-        """(row, col) where ``action`` puts a stone; only called for legal moves."""
+    def target_cells(self, boards: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray,
+                                                                            np.ndarray]:
+        """(rows [B], cols [B]) where each legal move of ``actions`` [B] puts its stone."""
         raise NotImplementedError
+
+    def legal_mask(self, state: BoardState) -> np.ndarray:
+        """[num_actions] bool: the legal moves of one position (none once the game is over)."""
+        if state.done:
+            return np.zeros(self.action_space.n, dtype=np.bool_)
+        return self.legal_masks(state.board[None])[0]
 
     def play(self, state: BoardState, action: int) -> tuple[BoardState, float]:
         """The position after ``action`` and the mover's reward; ``state`` is not changed."""
-        if state.done:
-            raise IllegalMoveError("the game is over; call reset()")
-        if not (0 <= int(action) < self.action_space.n) or not self.legal_mask(state)[action]:
-            legal = np.flatnonzero(self.legal_mask(state)).tolist()
-            raise IllegalMoveError(f"illegal move {action!r}: legal moves are {legal}")
-        new = state.copy()
-        row, col = self._place(new, int(action))
-        new.board[row, col] = state.to_play + 1
-        reward = 0.0
-        if self.wins_through(new.board, row, col):
-            new.winner, new.done, reward = state.to_play, True, 1.0
-        elif not (new.board == EMPTY).any():
-            new.done = True
-        new.to_play = 1 - state.to_play
-        return new, reward
+        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
+        return states[0], float(rewards[0])
 
-    def wins_through(self, board: np.ndarray, row: int, col: int) -> bool:
-        """Whether the stone at (row, col) completes ``connect`` in a row in any direction."""
-        stone = board[row, col]
-        for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-            count = 1
-            for sign in (1, -1):
-                r, c = row + sign * dr, col + sign * dc
-                while 0 <= r < self.rows and 0 <= c < self.cols and board[r, c] == stone:
-                    count += 1
-                    r, c = r + sign * dr, c + sign * dc
-            if count >= self.connect:
-                return True
-        return False
+    def simulate(self, states: Sequence[BoardState], actions: np.ndarray, observe: bool = True
+                 ) -> tuple[list[BoardState], np.ndarray | None, np.ndarray, np.ndarray,
+                            np.ndarray]:
+        """One move in each of many positions: ``actions[i]`` is played in ``states[i]``.
+
+        Returns the new states (the inputs are not changed), their observations [B, 3, rows,
+        cols] (None when ``observe`` is false), the movers' rewards [B], whether each game is
+        over [B] and the legal moves of the new positions [B, num_actions] (none where over).
+        An illegal move anywhere raises ``IllegalMoveError`` and changes nothing.
+        """
+        batch = len(states)
+        actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if len(actions) != batch:
+            raise ValueError(f"{len(actions)} actions for {batch} states")
+        if any(state.done for state in states):
+            raise IllegalMoveError("the game is over; call reset()")
+        boards = np.stack([state.board for state in states])
+        to_play = np.fromiter((state.to_play for state in states), dtype=np.int8, count=batch)
+        rows_of_batch = np.arange(batch)
+        in_range = (actions >= 0) & (actions < self.action_space.n)
+        legal = self.legal_masks(boards)
+        ok = in_range & legal[rows_of_batch, np.where(in_range, actions, 0)]
+        if not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            raise IllegalMoveError(f"illegal move {int(actions[bad])!r}: legal moves are "
+                                   f"{np.flatnonzero(legal[bad]).tolist()}")
+        rows, cols = self.target_cells(boards, actions)
+        stones = to_play + 1
+        boards[rows_of_batch, rows, cols] = stones
+        flat = boards.reshape(batch, -1)
+        lines = self._lines[rows * self.cols + cols]  # [B, K, connect]
+        wins = (flat[rows_of_batch[:, None, None], lines] == stones[:, None, None]).all(
+            axis=2).any(axis=1)
+        done = wins | (flat != EMPTY).all(axis=1)
+        next_to_play = 1 - to_play
+        new_states = [BoardState(boards[i], int(next_to_play[i]),
+                                 int(to_play[i]) if wins[i] else None, bool(done[i]))
+                      for i in range(batch)]
+        masks = self.legal_masks(boards) & ~done[:, None]
+        observations = self.observe_boards(boards, next_to_play) if observe else None
+        return new_states, observations, wins.astype(np.float64), done, masks
 
     def heuristic(self, state: BoardState) -> float:
         """Estimated value in (-1, 1) of an undecided position for the player to move (used by
@@ -158,11 +222,15 @@ class BoardGameEnv(TextGameEnv):
 
     def observe(self, state: BoardState) -> np.ndarray:
         """[3, rows, cols] float32 from the perspective of the player to move."""
-        me = state.to_play + 1
-        obs = np.empty((3, self.rows, self.cols), dtype=np.float32)
-        obs[0] = state.board == me
-        obs[1] = (state.board != EMPTY) & (state.board != me)
-        obs[2] = 1.0 if state.to_play == 0 else 0.0
+        return self.observe_boards(state.board[None], np.array([state.to_play]))[0]
+
+    def observe_boards(self, boards: np.ndarray, to_play: np.ndarray) -> np.ndarray:
+        """[B, 3, rows, cols] float32 observations of ``boards`` for the players ``to_play``."""
+        mine = boards == (np.asarray(to_play) + 1).astype(boards.dtype)[:, None, None]
+        obs = np.empty((len(boards), 3, self.rows, self.cols), dtype=np.float32)
+        obs[:, 0] = mine
+        obs[:, 1] = (boards != EMPTY) & ~mine
+        obs[:, 2] = (np.asarray(to_play) == 0)[:, None, None]
         return obs
 
     # ---- Gymnasium API -------------------------------------------------------------------------

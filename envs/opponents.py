@@ -3,9 +3,10 @@ alpha-beta.
 
 Every opponent has ``choose(env, legal_mask) -> action`` for the env's current position.
 :class:`RandomOpponent` works with any env; the searching opponents need a
-:class:`~muzero_gym.envs.board.BoardGameEnv` (its pure ``play``/``legal_mask`` rules and its
-``heuristic``). Values are from the perspective of the player to move: +1 win, -1 loss, 0 draw;
-a win sooner is worth a little more than a win later, so the searchers do not dawdle.
+:class:`~muzero_gym.envs.board.BoardGameEnv` (its batched ``simulate`` rules, which expand all
+moves of a position in one call, and its ``heuristic``). Values are from the perspective of the
+player to move: +1 win, -1 loss, 0 draw; a win sooner is worth a little more than a win later,
+so the searchers do not dawdle.
 """
 
 from __future__ import annotations
@@ -55,14 +56,12 @@ class MinimaxOpponent:
         cached = self._values.get(key)
         if cached is not None:
             return cached
-        best = -np.inf
-        for action in np.flatnonzero(env.legal_mask(state)):
-            best = max(best, self._move_value(env, state, int(action)))
+        best = max(self._child_value(env, child, reward)
+                   for _, child, reward in _successors(env, state, env.legal_mask(state)))
         self._values[key] = best
         return best
 
-    def _move_value(self, env: BoardGameEnv, state: BoardState, action: int) -> float:
-        child, reward = env.play(state, action)
+    def _child_value(self, env: BoardGameEnv, child: BoardState, reward: float) -> float:
         if child.done:
             return WIN if reward > 0 else 0.0
         v = -self.value(env, child)
@@ -72,8 +71,8 @@ class MinimaxOpponent:
         """Exact value of every legal move in the env's current position."""
         board_env = _board_env(env)
         state = board_env.get_state()
-        return {int(a): self._move_value(board_env, state, int(a))
-                for a in np.flatnonzero(board_env.legal_mask(state))}
+        return {action: self._child_value(board_env, child, reward) for action, child, reward
+                in _successors(board_env, state, board_env.legal_mask(state))}
 
     def choose(self, env: gym.Env, legal_mask: np.ndarray) -> int:
         values = self.move_values(env)
@@ -98,16 +97,15 @@ class AlphaBetaOpponent:
         if depth == 0:
             return env.heuristic(state)
         best = -np.inf
-        for action in _centre_first(env.legal_mask(state)):
-            score = self._move_score(env, state, action, depth, alpha, beta)
+        for _, child, reward in _successors(env, state, env.legal_mask(state), centre_first=True):
+            score = self._child_score(env, child, reward, depth, alpha, beta)
             best = max(best, score)
             alpha = max(alpha, score)
             if alpha >= beta:
                 break
         return best
 
-    def _move_score(self, env, state, action, depth, alpha, beta) -> float:
-        child, reward = env.play(state, action)
+    def _child_score(self, env, child, reward, depth, alpha, beta) -> float:
         if child.done:
             return WIN if reward > 0 else 0.0
         v = -self._negamax(env, child, depth - 1, -beta, -alpha)
@@ -116,10 +114,22 @@ class AlphaBetaOpponent:
     def choose(self, env: gym.Env, legal_mask: np.ndarray) -> int:
         board_env = _board_env(env)
         state = board_env.get_state()
-        scores = {a: self._move_score(board_env, state, a, self.depth, -np.inf, np.inf)
-                  for a in _centre_first(board_env.legal_mask(state))}
+        scores = {action: self._child_score(board_env, child, reward, self.depth, -np.inf, np.inf)
+                  for action, child, reward in _successors(board_env, state,
+                                                           board_env.legal_mask(state),
+                                                           centre_first=True)}
         best = max(scores.values())
         return int(self.rng.choice([a for a, v in scores.items() if v >= best - 1e-9]))
+
+
+def _successors(env: BoardGameEnv, state: BoardState, legal_mask: np.ndarray,
+                centre_first: bool = False) -> list[tuple[int, BoardState, float]]:
+    """(action, position after it, mover's reward) for every legal move, from one batched call
+    of the rules; centre columns first if asked (alpha-beta prunes more after good moves)."""
+    actions = _centre_first(legal_mask) if centre_first else np.flatnonzero(legal_mask).tolist()
+    children, _, rewards, _, _ = env.simulate([state] * len(actions), np.array(actions),
+                                              observe=False)
+    return list(zip(actions, children, rewards.tolist()))
 
 
 def _centre_first(mask: np.ndarray) -> list[int]:

@@ -18,13 +18,12 @@ class TicTacToeEnv(BoardGameEnv):
     def __init__(self, render_mode: str | None = None):
         super().__init__(3, 3, 9, render_mode)
 
-    def legal_mask(self, state: BoardState) -> np.ndarray:
-        if state.done:
-            return np.zeros(9, dtype=np.bool_)
-        return (state.board == EMPTY).reshape(-1)
+    def legal_masks(self, boards: np.ndarray) -> np.ndarray:
+        return boards.reshape(len(boards), -1) == EMPTY
 
-    def _place(self, state: BoardState, action: int) -> tuple[int, int]:
-        return divmod(action, 3)
+    def target_cells(self, boards: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray,
+                                                                            np.ndarray]:
+        return np.divmod(actions, 3)
 
     def symmetries(self) -> list[Symmetry]:
         """The seven rotations and reflections of the square other than the identity."""

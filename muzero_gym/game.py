@@ -103,6 +103,13 @@ class ObservationEncoder:
             return np.array(observation, dtype=np.float32, copy=True)
         return self._flatten(self.space, observation)
 
+    def encode_batch(self, observations: Any) -> np.ndarray:
+        """A batch of observations (a sequence, or an array with a leading batch axis) as one
+        array [B, *shape] of ``dtype``."""
+        if self.is_planes:
+            return np.array(observations, dtype=np.float32, copy=True).reshape(-1, *self.shape)
+        return np.stack([self.encode(observation) for observation in observations])
+
     def _flatten(self, space: gym.Space, observation: Any) -> np.ndarray:
         if isinstance(space, spaces.Discrete):
             out = np.zeros(space.n, dtype=np.float32)

@@ -9,6 +9,11 @@ prediction. Rewards, terminal states and legal actions are then exact; the netwo
 values and priors. A terminal state absorbs: every action from it is legal, gives reward 0 and
 value 0. Chosen with ``search.simulator = true``; it needs ``env.num_stacked_observations = 1``
 and no action planes (the node's observation alone is the model input).
+
+An env that also offers ``simulate(states, actions)`` (the batched rules of
+:meth:`muzero_gym.envs.board.BoardGameEnv.simulate`) has each simulation's new nodes, one per
+search in the batch, made by one call of it; otherwise each node costs a ``set_state`` /
+``step`` / ``get_state`` round on a scratch env.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class SimulatorSearchAdapter:
     def __init__(self, network: MuZeroNetwork, encoder: ObservationEncoder, scratch_env: gym.Env,
                  num_actions: int, device: torch.device | str = "cpu"):
         self.scratch = check_simulator_env(scratch_env)
+        simulate = getattr(self.scratch, "simulate", None)
+        self._simulate = simulate if callable(simulate) else None
         self.encoder = encoder
         self.num_actions = num_actions
         self.evaluator = ModelSearchAdapter(network, 0, device)
@@ -79,30 +86,61 @@ class SimulatorSearchAdapter:
 
     def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray,
                      node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Steps a copy of each row's parent state; evaluates the new observations."""
+        """Plays each row's action in a copy of its parent's state; evaluates the new
+        observations. Rows whose parent ended the game stay in that final state."""
         batch = len(self._states)
+        parents = np.asarray(parent_index, dtype=np.int64)
+        actions = np.asarray(action, dtype=np.int64)
         reward = np.zeros(batch)
         legal = np.ones((batch, self.num_actions), dtype=np.bool_)
-        terminal = np.zeros(batch, dtype=np.bool_)
-        observations = []
+        terminal = np.array([self._terminal[b][parents[b]] for b in range(batch)], dtype=np.bool_)
+        observations = np.empty((batch, *self.encoder.shape), dtype=self.encoder.dtype)
+        new_states: list[Any] = [None] * batch
+        live = np.flatnonzero(~terminal)
+        for b in np.flatnonzero(terminal):
+            new_states[b] = self._states[b][parents[b]]
+            observations[b] = self._observations[b][parents[b]]
+        if len(live):
+            states = [self._states[b][parents[b]] for b in live]
+            live_states, live_obs, live_reward, live_terminal, live_legal = self._play(
+                states, actions[live])
+            for b, state in zip(live.tolist(), live_states):
+                new_states[b] = state
+            observations[live] = live_obs
+            reward[live] = live_reward
+            terminal[live] = live_terminal
+            legal[live] = live_legal | live_terminal[:, None]
         for b in range(batch):
             assert len(self._states[b]) == node_index, "nodes must be expanded in order"
-            parent = int(parent_index[b])
-            state = self._states[b][parent]
-            if self._terminal[b][parent]:
-                observation, terminal[b] = self._observations[b][parent], True
-            else:
-                self.scratch.set_state(state)
-                raw, r, term, trunc, info = self.scratch.step(int(action[b]))
-                state = self.scratch.get_state()
-                observation = self.encoder.encode(raw)
-                reward[b], terminal[b] = float(r), bool(term or trunc)
-                mask = info.get("action_mask")
-                if mask is not None and not terminal[b]:
-                    legal[b] = np.asarray(mask, dtype=np.bool_).reshape(-1)
-            self._states[b].append(state)
-            self._observations[b].append(observation)
+            self._states[b].append(new_states[b])
+            self._observations[b].append(observations[b])
             self._terminal[b].append(bool(terminal[b]))
-            observations.append(observation)
-        value, logits = self.evaluator.initial(np.stack(observations))
+        value, logits = self.evaluator.initial(observations)
         return reward, np.where(terminal, 0.0, value), logits, legal
+
+    def _play(self, states: list[Any], actions: np.ndarray) -> tuple[
+            list[Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """New states, encoded observations, rewards, terminal flags and legal masks after
+        ``actions`` in ``states``: the env's batched ``simulate`` if it has one, else a
+        ``set_state``/``step``/``get_state`` round per state on the scratch env."""
+        if self._simulate is not None:
+            new_states, raw, reward, terminal, legal = self._simulate(states, actions)
+            return (list(new_states), self.encoder.encode_batch(raw),
+                    np.asarray(reward, dtype=np.float64), np.asarray(terminal, dtype=np.bool_),
+                    np.asarray(legal, dtype=np.bool_).reshape(len(states), self.num_actions))
+        count = len(states)
+        new_states = []
+        observations = np.empty((count, *self.encoder.shape), dtype=self.encoder.dtype)
+        reward = np.zeros(count)
+        terminal = np.zeros(count, dtype=np.bool_)
+        legal = np.ones((count, self.num_actions), dtype=np.bool_)
+        for i, (state, a) in enumerate(zip(states, actions.tolist())):
+            self.scratch.set_state(state)
+            raw, r, term, trunc, info = self.scratch.step(a)
+            new_states.append(self.scratch.get_state())
+            observations[i] = self.encoder.encode(raw)
+            reward[i], terminal[i] = float(r), bool(term or trunc)
+            mask = info.get("action_mask")
+            if mask is not None:
+                legal[i] = np.asarray(mask, dtype=np.bool_).reshape(-1)
+        return new_states, observations, reward, terminal, legal

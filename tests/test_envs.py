@@ -74,6 +74,76 @@ def test_illegal_moves_raise_and_leave_the_board_unchanged():
     assert np.array_equal(before.board, after.board) and before.to_play == after.to_play
 
 
+def _brute_force_winner(board, connect):
+    """The player (0 or 1) with ``connect`` stones in a line, found cell by cell; else None."""
+    rows, cols = board.shape
+    for r in range(rows):
+        for c in range(cols):
+            stone = board[r, c]
+            for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+                cells = [(r + k * dr, c + k * dc) for k in range(connect)]
+                if stone and all(0 <= rr < rows and 0 <= cc < cols and board[rr, cc] == stone
+                                 for rr, cc in cells):
+                    return int(stone) - 1
+    return None
+
+
+@pytest.mark.parametrize("env_id", ["muzero_gym/TicTacToe-v0", "muzero_gym/ConnectFour-v0"])
+def test_batched_rules_agree_with_a_brute_force_referee_in_random_games(env_id):
+    """``simulate`` plays every legal move of many random positions in one call; each result is
+    checked against a cell-by-cell referee and against playing the move alone."""
+    env = gym.make(env_id).unwrapped
+    rng = np.random.default_rng(0)
+    states, actions = [], []
+    for _ in range(30):
+        env.reset()
+        done = False
+        while not done:
+            state = env.get_state()
+            legal = np.flatnonzero(env.legal_mask(state))
+            states += [state] * len(legal)
+            actions += legal.tolist()
+            done = env.step(int(rng.choice(legal)))[2]
+    boards_before = [s.board.copy() for s in states]
+    new, observations, rewards, done, masks = env.simulate(states, np.array(actions))
+    assert len(new) == len(states) > 500 and rewards.any()
+    assert observations.shape == (len(states), 3, env.rows, env.cols)
+    for i, (state, action) in enumerate(zip(states, actions)):
+        assert np.array_equal(state.board, boards_before[i])  # the inputs are not changed
+        placed = np.argwhere(new[i].board != state.board)
+        assert len(placed) == 1 and new[i].board[tuple(placed[0])] == state.to_play + 1
+        if env_id.endswith("ConnectFour-v0"):
+            row, col = placed[0]
+            assert col == action and (row == env.rows - 1 or state.board[row + 1, col] != 0)
+        winner = _brute_force_winner(new[i].board, env.connect)
+        full = (new[i].board != 0).all()
+        assert new[i].winner == winner and bool(done[i]) == (winner is not None or full)
+        assert rewards[i] == (1.0 if winner is not None else 0.0)
+        assert new[i].to_play == 1 - state.to_play
+        assert np.array_equal(masks[i], env.legal_mask(new[i]))
+        assert np.array_equal(observations[i], env.observe(new[i]))
+        env.set_state(state)
+        obs, reward, terminated, _, _ = env.step(action)
+        assert np.array_equal(obs, observations[i]) and reward == rewards[i]
+        assert terminated == done[i]
+
+
+def test_batched_rules_refuse_an_illegal_move_anywhere_in_the_batch():
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    env.reset()
+    start = env.get_state()
+    full_column = env.play(start, 3)[0]
+    for _ in range(5):
+        full_column = env.play(full_column, 3)[0]
+    with pytest.raises(IllegalMoveError, match="illegal move 3"):
+        env.simulate([start, full_column], np.array([3, 3]))
+    with pytest.raises(IllegalMoveError, match="illegal move 7"):
+        env.simulate([start], np.array([7]))
+    with pytest.raises(ValueError, match="2 actions for 1 states"):
+        env.simulate([start], np.array([0, 1]))
+    assert (start.board == 0).all() and (full_column.board[:, 3] != 0).all()
+
+
 @pytest.mark.parametrize("moves", [
     [0, 0, 1, 1, 2, 2, 3],                       # horizontal, bottom row
     [0, 1, 0, 1, 0, 1, 0],                       # vertical

@@ -88,6 +88,69 @@ def test_simulator_search_finds_wins_and_blocks_with_an_untrained_network(moves,
     assert (result.visit_counts[0][~info["action_mask"]] == 0).all()
 
 
+def test_simulator_search_sees_the_same_nodes_with_batched_and_node_by_node_rules():
+    """Connect Four offers ``simulate``; what the search is told about each new node (reward,
+    value, priors, legal moves) must not depend on whether a simulation's nodes are made by one
+    call of it or by a set_state/step/get_state round per node."""
+    import gymnasium as gym
+
+    from muzero_gym.simulator import SimulatorSearchAdapter
+
+    agent = MuZeroAgent(load_config("connect4", ["env.num_envs=2"]))
+    torch.manual_seed(0)
+    with torch.no_grad():  # random weights: values and priors that depend on the position
+        for p in agent.network.parameters():
+            p.normal_(0.0, 0.3)
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    rng = np.random.default_rng(1)
+    images, masks, to_play, states = [], [], [], []
+    for length in (0, 5, 11, 20, 30, 34):
+        done = True
+        while done:  # a random game of ``length`` moves that is not over yet
+            obs, info = position(env, [])
+            for _ in range(length):
+                obs, _, done, _, info = env.step(
+                    int(rng.choice(np.flatnonzero(info["action_mask"]))))
+                if done:
+                    break
+            done = done and length > 0
+        images.append(obs)
+        masks.append(info["action_mask"])
+        to_play.append(info["to_play"])
+        states.append(env.get_state())
+    adapters = [SimulatorSearchAdapter(agent.network.eval(), agent.encoder,
+                                       make_env(agent.config.env), agent.num_actions)
+                for _ in range(2)]
+    assert adapters[0]._simulate is not None
+    adapters[1]._simulate = None
+    calls, told = [], [[], []]
+    for i, adapter in enumerate(adapters):
+        adapter.initial(np.stack(images), states)
+
+        def recurrent_fn(parent, action, node, adapter=adapter, i=i):
+            if i == 0:
+                calls.append((parent.copy(), action.copy(), node))
+            out = adapter.recurrent_fn(parent, action, node)
+            told[i].append(out)
+            return out
+
+        if i == 0:
+            search = BatchedMCTS(SearchSettings(num_simulations=300, num_players=2,
+                                                known_bounds=(-1.0, 1.0)), agent.num_actions)
+            with torch.inference_mode():
+                search.run(*adapter.initial(np.stack(images), states), recurrent_fn,
+                           np.stack(masks), np.array(to_play), np.random.default_rng(7))
+        else:
+            with torch.inference_mode():
+                for parent, action, node in calls:
+                    recurrent_fn(parent, action, node)
+    assert len(told[0]) == len(told[1]) == 300
+    assert any(out[0].any() for out in told[0])  # the search reached won positions
+    for batched, single in zip(*told):
+        for a, b in zip(batched, single):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_simulator_needs_an_env_that_copies_its_state():
     from muzero_gym.simulator import SimulatorError
 
