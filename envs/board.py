@@ -116,17 +116,14 @@ def line_windows(rows: int, cols: int, length: int) -> np.ndarray:
 @functools.cache
 def lines_through_cells(rows: int, cols: int, length: int) -> np.ndarray:
     """[rows * cols, K, length]: for each cell, the lines of ``length`` cells that contain it
-    (cells in fewer than K lines repeat one of theirs; a cell in none repeats a line that it
-    cannot complete, its own cell ``length`` times, which only matters for ``length`` = 1)."""
+    (a cell in fewer than K lines repeats some of its own)."""
     windows = line_windows(rows, cols, length)
+    if len(windows) == 0:
+        raise ValueError(f"a {rows}x{cols} board cannot hold {length} in a row")
+    # With a line at all, rows or cols >= length, so every cell lies in at least one.
     per_cell = [windows[(windows == cell).any(axis=1)] for cell in range(rows * cols)]
-    width = max(1, max(len(lines) for lines in per_cell))
-    out = np.empty((rows * cols, width, length), dtype=np.int64)
-    for cell, lines in enumerate(per_cell):
-        if len(lines) == 0:
-            lines = np.full((1, length), cell)
-        out[cell] = lines[np.arange(width) % len(lines)]
-    return out
+    width = max(len(lines) for lines in per_cell)
+    return np.stack([lines[np.arange(width) % len(lines)] for lines in per_cell])
 
 
 class BoardGameEnv(TextGameEnv):
