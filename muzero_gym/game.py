@@ -105,9 +105,10 @@ class ObservationEncoder:
 
     def encode_batch(self, observations: Any) -> np.ndarray:
         """A batch of observations (a sequence, or an array with a leading batch axis) as one
-        array [B, *shape] of ``dtype``."""
+        array [B, *shape] of ``dtype``; unlike :meth:`encode` it may share memory with its input
+        (the caller copies what it keeps)."""
         if self.is_planes:
-            return np.array(observations, dtype=np.float32, copy=True).reshape(-1, *self.shape)
+            return np.asarray(observations, dtype=np.float32).reshape(-1, *self.shape)
         return np.stack([self.encode(observation) for observation in observations])
 
     def _flatten(self, space: gym.Space, observation: Any) -> np.ndarray:

@@ -95,15 +95,14 @@ class SimulatorSearchAdapter:
         legal = np.ones((batch, self.num_actions), dtype=np.bool_)
         terminal = np.array([self._terminal[b][parents[b]] for b in range(batch)], dtype=np.bool_)
         observations = np.empty((batch, *self.encoder.shape), dtype=self.encoder.dtype)
-        new_states: list[Any] = [None] * batch
-        live = np.flatnonzero(~terminal)
+        # Start from the parents' states; rows still in play get their child's state below.
+        new_states = [self._states[b][parents[b]] for b in range(batch)]
         for b in np.flatnonzero(terminal):
-            new_states[b] = self._states[b][parents[b]]
             observations[b] = self._observations[b][parents[b]]
+        live = np.flatnonzero(~terminal)
         if len(live):
-            states = [self._states[b][parents[b]] for b in live]
             live_states, live_obs, live_reward, live_terminal, live_legal = self._play(
-                states, actions[live])
+                [new_states[b] for b in live], actions[live])
             for b, state in zip(live.tolist(), live_states):
                 new_states[b] = state
             observations[live] = live_obs
