@@ -415,7 +415,8 @@ class MuZeroAgent:
     def predict(self, observation: Any, legal_action_mask: np.ndarray | None = None,
                 to_play: int = 0, deterministic: bool = True, state: Any = None) -> int:
         """The action the search picks for one raw env observation (when ``deterministic`` the
-        most visited, or the gumbel search's pick; else sampled from the visit counts). With
+        most visited, or the gumbel search's pick; else sampled from the visit counts; with
+        ``search.solver`` a move proven best is taken and one proven lost avoided). With
         stacked observations the observation is repeated to fill the stack; use a ``Game`` for
         histories. With ``search.simulator`` on, ``state`` is the env's ``get_state()``."""
         game = self.new_game()
@@ -426,7 +427,7 @@ class MuZeroAgent:
                                        None if state is None else [state])
         if deterministic:
             return int(result.greedy_actions()[0])
-        return int(select_actions(result.visit_counts, 1.0, self.rng)[0])
+        return int(select_actions(result.weights(), 1.0, self.rng)[0])
 
     # ---- saving ----------------------------------------------------------------------------
 

@@ -196,8 +196,16 @@ class SearchConfig(_Section):
     simulator: bool = _field(
         False, "search steps copies of the real env (get_state/set_state) instead of the "
         "learned dynamics")
+    solver: bool = _field(
+        False, "prove wins, losses and draws the search reaches (MCTS-solver): needs "
+        "search.simulator = true, puct root selection and a deterministic game")
 
     def _check(self) -> None:
+        if self.solver and not self.simulator:
+            raise ConfigError("search.solver = true needs search.simulator = true: only the "
+                              "real game says which positions are final")
+        if self.solver and self.root_selection != "puct":
+            raise ConfigError("search.solver = true works with search.root_selection = 'puct'")
         if self.known_bounds and (len(self.known_bounds) != 2
                                   or self.known_bounds[0] >= self.known_bounds[1]):
             raise ConfigError(f"search.known_bounds = {self.known_bounds!r}: "

@@ -231,6 +231,6 @@ class SelfPlay:
                                  for g in self.games])
         for temperature in np.unique(temperatures):
             rows = temperatures == temperature
-            actions[rows] = select_actions(result.visit_counts[rows], float(temperature),
+            actions[rows] = select_actions(result.weights()[rows], float(temperature),
                                            self.rng)
         return actions

@@ -84,10 +84,11 @@ class SimulatorSearchAdapter:
         value, logits = self.evaluator.initial(observations)
         return np.where(terminal, 0.0, value), logits
 
-    def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray,
-                     node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray, node_index: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Plays each row's action in a copy of its parent's state; evaluates the new
-        observations. Rows whose parent ended the game stay in that final state."""
+        observations. Rows whose parent ended the game stay in that final state. Returns
+        reward, value, logits, legal masks and which new nodes are final states."""
         batch = len(self._states)
         parents = np.asarray(parent_index, dtype=np.int64)
         actions = np.asarray(action, dtype=np.int64)
@@ -115,7 +116,7 @@ class SimulatorSearchAdapter:
             self._observations[b].append(observations[b])
             self._terminal[b].append(bool(terminal[b]))
         value, logits = self.evaluator.initial(observations)
-        return reward, np.where(terminal, 0.0, value), logits, legal
+        return reward, np.where(terminal, 0.0, value), logits, legal, terminal
 
     def _play(self, states: list[Any], actions: np.ndarray) -> tuple[
             list[Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

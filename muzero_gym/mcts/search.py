@@ -12,6 +12,10 @@ which must compute the dynamics + prediction step from the hidden state of node
 row (see :class:`muzero_gym.inference.ModelSearchAdapter`). A callback that knows the legal
 actions of the new nodes (a true simulator, :mod:`muzero_gym.simulator`) returns them as a
 fourth array, with at least one True per row; otherwise every action is legal below the root.
+A callback that also knows which new nodes are final states returns them as a fifth array
+(terminal [B] bool); with ``SearchSettings.solver`` the search then proves values (MCTS-solver,
+see :mod:`muzero_gym.mcts.tree`) and plays and trains on the proofs: a move proven best is
+taken, a move proven lost is not while another is open.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class SearchSettings:
     gumbel_num_considered: int = 16
     gumbel_c_visit: float = 50.0
     gumbel_c_scale: float = 1.0
+    solver: bool = False
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:
@@ -53,6 +58,8 @@ class SearchSettings:
             raise ValueError(f"num_players = {self.num_players}: must be 1 or 2")
         if self.root_selection not in ("puct", "gumbel"):
             raise ValueError(f"root_selection = {self.root_selection!r}: use puct or gumbel")
+        if self.solver and self.root_selection != "puct":
+            raise ValueError("solver = True needs root_selection = 'puct'")
 
     @classmethod
     def from_config(cls, config) -> SearchSettings:
@@ -66,7 +73,7 @@ class SearchSettings:
             known_bounds=tuple(s.known_bounds) if s.known_bounds else None,
             num_players=config.env.num_players, root_selection=s.root_selection,
             gumbel_num_considered=s.gumbel_num_considered, gumbel_c_visit=s.gumbel_c_visit,
-            gumbel_c_scale=s.gumbel_c_scale)
+            gumbel_c_scale=s.gumbel_c_scale, solver=s.solver)
 
 
 @dataclass
@@ -79,13 +86,23 @@ class SearchResult:
     qvalues: np.ndarray  # [B, A] float64, reward + discount * child value (0 if unvisited)
     max_depth: np.ndarray  # [B] int32, deepest node expanded
     gumbel_action: np.ndarray | None  # [B] int64, sequential halving's pick (gumbel only)
+    # [B, A] float64, proven value of each root move, NaN where unproven (solver only)
+    proven_qvalues: np.ndarray | None = None
+    # [B, A] float64, the weights actions are drawn from: the visit counts, or with the solver
+    # the visits of the moves proven best (or, unproven root, of all but the proven lost moves)
+    action_weights: np.ndarray | None = None
 
     def greedy_actions(self) -> np.ndarray:
         """[B] int64: the action to play without exploration, sequential halving's pick for
-        gumbel (deterministic when the search ran without noise), else the most visited."""
+        gumbel (deterministic when the search ran without noise), else the heaviest of
+        :meth:`weights` (the most visited, unless the solver proved moves)."""
         if self.gumbel_action is not None:
             return self.gumbel_action.astype(np.int64)
-        return self.visit_counts.argmax(axis=1).astype(np.int64)
+        return self.weights().argmax(axis=1).astype(np.int64)
+
+    def weights(self) -> np.ndarray:
+        """[B, A] the weights moves are chosen from (visit counts without the solver)."""
+        return self.visit_counts if self.action_weights is None else self.action_weights
 
 
 @functools.lru_cache(maxsize=64)
@@ -131,7 +148,7 @@ class BatchedMCTS:
             return
         n, a = self.settings.num_simulations + 1, self.num_actions
         self._nodes = np.zeros((batch, n, 4), dtype=np.int32)
-        self._values = np.zeros((batch, n, 3), dtype=np.float64)
+        self._values = np.zeros((batch, n, 4), dtype=np.float64)
         self._children = np.full((batch, n, a), -1, dtype=np.int32)
         self._prior = np.zeros((batch, n, a), dtype=np.float64)
         self._minmax = np.zeros((batch, 2), dtype=np.float64)
@@ -139,6 +156,7 @@ class BatchedMCTS:
         self._action = np.zeros(batch, dtype=np.int32)
         self._start = np.zeros(batch, dtype=np.int32)
         self._all_legal = np.ones((batch, a), dtype=np.bool_)
+        self._no_terminal = np.zeros(batch, dtype=np.bool_)
         self._capacity = batch
 
     def run(self, root_value: np.ndarray, root_logits: np.ndarray, recurrent_fn: RecurrentFn,
@@ -195,6 +213,7 @@ class BatchedMCTS:
             table = considered_visit_table(s.gumbel_num_considered, s.num_simulations)
             considered = table[np.minimum(num_legal, s.gumbel_num_considered)]
         known_min, known_max = s.known_bounds if s.known_bounds else (np.inf, -np.inf)
+        proof_max = s.known_bounds[1] if s.known_bounds else np.inf  # a win that ends the proof
 
         tree.init_roots(nodes, values, children, prior, minmax, root_legal, root_value,
                         root_logits, root_to_play, noise, noise_fraction, known_min, known_max,
@@ -210,27 +229,39 @@ class BatchedMCTS:
                                         s.gumbel_c_visit, s.gumbel_c_scale, completed_q, start,
                                         parent, action, max_depth)
             tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
-                               s.pb_c_base, s.pb_c_init, s.exploration_constant, start, parent,
-                               action, max_depth)
+                               s.pb_c_base, s.pb_c_init, s.exploration_constant, known_min,
+                               known_max, start, parent, action, max_depth)
             out = recurrent_fn(parent, action, simulation + 1)
             reward, value, logits = out[:3]
-            legal = (self._all_legal[:batch] if len(out) == 3
+            legal = (self._all_legal[:batch] if len(out) < 4
                      else _legal_rows(out[3], batch, self.num_actions))
+            terminal = self._no_terminal[:batch]
+            if s.solver:
+                if len(out) < 5:
+                    raise ValueError("solver = True needs a recurrent_fn that returns which new "
+                                     "nodes are final states (a true simulator)")
+                terminal = _contiguous(np.asarray(out[4], dtype=np.bool_), (batch,))
             tree.expand_and_backup(nodes, values, children, prior, minmax, simulation + 1, parent,
                                    action, _contiguous(reward, (batch,)),
                                    _contiguous(value, (batch,)),
                                    _contiguous(logits, (batch, self.num_actions)), s.num_players,
-                                   s.discount, legal)
+                                   s.discount, legal, terminal, root_legal, proof_max)
 
         visit_counts, out_value, qvalues = self._root_statistics(batch)
-        gumbel_action = None
+        gumbel_action = proven = weights = None
         if use_gumbel:
             search_policy, gumbel_action = self._gumbel_outputs(batch, root_legal, gumbel,
                                                                 visit_counts, completed_q)
         else:
-            search_policy = visit_counts / visit_counts.sum(axis=1, keepdims=True)
+            if s.solver:
+                proven = self._proven_root_moves(batch)
+                weights = _solved_weights(visit_counts, proven, self._prior[:batch, 0],
+                                          root_legal, values[:, 0, tree.EXACT], known_min,
+                                          known_max)
+            counts = visit_counts if weights is None else weights
+            search_policy = counts / counts.sum(axis=1, keepdims=True)
         return SearchResult(visit_counts, out_value, search_policy, qvalues, max_depth,
-                            gumbel_action)
+                            gumbel_action, proven, weights)
 
     def describe(self, row: int = 0, depth: int = 2, action_names: list[str] | None = None
                  ) -> list[str]:
@@ -284,6 +315,19 @@ class BatchedMCTS:
             same_player, child_value, -child_value)
         return visit_counts, root_value, np.where(visit_counts > 0, q, 0.0)
 
+    def _proven_root_moves(self, batch: int) -> np.ndarray:
+        """[B, A] proven value of each root move for the player to move at the root, NaN where
+        the move is unexpanded or unproven."""
+        nodes, values = self._nodes[:batch], self._values[:batch]
+        rows = np.arange(batch)[:, None]
+        child = self._children[:batch, 0]
+        safe = np.where(child >= 0, child, 0)
+        exact = values[rows, safe, tree.EXACT]
+        same_player = nodes[rows, safe, tree.TO_PLAY] == nodes[:, :1, tree.TO_PLAY]
+        q = values[rows, safe, tree.REWARD] + self.settings.discount * np.where(
+            same_player, exact, -exact)
+        return np.where(child >= 0, q, np.nan)
+
     def _gumbel_outputs(self, batch, root_legal, gumbel, visit_counts, q):
         """Gumbel MuZero's improved policy softmax(log prior + sigma(completed Q)) and the action
         sequential halving settles on (the best-scoring among the most visited)."""
@@ -298,6 +342,28 @@ class BatchedMCTS:
         most_visited = visit_counts == visit_counts.max(axis=1, keepdims=True)
         score = np.where(most_visited & root_legal, gumbel + logits, -np.inf)
         return policy, score.argmax(axis=1)
+
+
+def _solved_weights(visit_counts: np.ndarray, proven: np.ndarray, root_prior: np.ndarray,
+                    root_legal: np.ndarray, root_exact: np.ndarray, known_min: float,
+                    known_max: float) -> np.ndarray:
+    """[B, A] weights to choose root moves from once some are proven. A proven root keeps the
+    visits of its moves proven best; otherwise the moves proven to reach the lower bound (known
+    bounds only) lose their weight. A row left without weight (every visited move proven lost)
+    falls back on the priors of its open moves."""
+    counts = visit_counts.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        best = np.isclose(proven, root_exact[:, None])
+        lost = proven <= known_min if known_min < known_max else np.zeros_like(best)
+    solved_root = ~np.isnan(root_exact)
+    keep = np.where(solved_root[:, None], best, ~lost) & root_legal
+    weights = np.where(keep, counts, 0.0)
+    empty = weights.sum(axis=1) <= 0.0
+    if empty.any():
+        open_moves = root_legal & ~lost & np.isnan(proven)
+        open_moves = np.where(open_moves.any(axis=1, keepdims=True), open_moves, root_legal)
+        weights[empty] = np.where(open_moves[empty], root_prior[empty] + 1e-12, 0.0)
+    return weights
 
 
 def _contiguous(array, shape: tuple[int, ...]) -> np.ndarray:

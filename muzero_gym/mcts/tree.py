@@ -16,6 +16,13 @@ Conventions (shared with the tests' port of the reference pseudocode):
 - Scores follow the reference's ``ucb_score``: pUCT prior term, the normalised value term (the
   parent's value for unvisited children) and the extra UCB1 term; the maximum wins and ties go to
   the largest action index.
+- ``exact[b, n]`` (column ``EXACT`` of ``values``) is the proven value of node ``n`` for the player
+  to move there, NaN while unknown (MCTS-solver, only fed when the search is told which nodes
+  end the game): a final state is worth 0 (nothing follows it), and a node is proven once every
+  legal move from it is proven (its best move's value) or once one move is proven to reach the
+  known upper bound of values. Selection uses a proven move's exact value, always takes a move
+  proven to reach the upper bound and never one proven to reach the lower bound while another
+  move is open.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from numba import njit
 # Column layout of the int32 node table ``nodes[b, n, :]``.
 VISITS, TO_PLAY, PARENT, ACTION = 0, 1, 2, 3
 # Column layout of the float64 node table ``values[b, n, :]``.
-VALUE_SUM, REWARD, RAW_VALUE = 0, 1, 2
+VALUE_SUM, REWARD, RAW_VALUE, EXACT = 0, 1, 2, 3
 # Column layout of ``minmax[b, :]``.
 MIN, MAX = 0, 1
 
@@ -81,7 +88,7 @@ def init_roots(nodes, values, children, prior, minmax, root_legal, root_value, r
                root_to_play, noise, noise_fraction, known_min, known_max, discount):
     """Resets every row to a root expanded with the model's output and backs its value up once.
 
-    Shapes: nodes [B, N, 4] int32, values [B, N, 3] f64, children [B, N, A] int32,
+    Shapes: nodes [B, N, 4] int32, values [B, N, 4] f64, children [B, N, A] int32,
     prior [B, N, A] f64, minmax [B, 2] f64, root_legal [B, A] bool, root_value [B],
     root_logits [B, A], root_to_play [B] int32, noise [B, A] f64 (unused if noise_fraction == 0).
     """
@@ -91,6 +98,7 @@ def init_roots(nodes, values, children, prior, minmax, root_legal, root_value, r
         nodes[b, :, ACTION] = -1
         nodes[b, :, TO_PLAY] = 0
         values[b, :, :] = 0.0
+        values[b, :, EXACT] = np.nan
         children[b, :, :] = -1
         minmax[b, MIN] = known_min
         minmax[b, MAX] = known_max
@@ -107,9 +115,13 @@ def init_roots(nodes, values, children, prior, minmax, root_legal, root_value, r
 
 @njit(cache=True)
 def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, pb_c_base,
-                  pb_c_init, exploration_constant, start_node, out_parent, out_action, max_depth):
+                  pb_c_init, exploration_constant, known_min, known_max, start_node, out_parent,
+                  out_action, max_depth):
     """Walks row ``b`` from ``start_node[b]`` (the root, or the root child Gumbel picked) down
     to an unexpanded edge, choosing by the reference's ``ucb_score`` (ties: largest action).
+    A move with a proven value scores with that value; with known bounds (``known_min <
+    known_max``) a move proven to reach ``known_max`` is always taken and one proven to reach
+    ``known_min`` only when nothing else is left.
 
     Writes out_parent [B] (node whose edge is taken) and out_action [B], and raises max_depth [B]
     to the depth of the new node. Illegal actions (root mask, prior -1 below) are never taken.
@@ -142,10 +154,17 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
                 child_visits = 0 if child == -1 else nodes[b, child, VISITS]
                 prior_score = pb_c * (sqrt_parent / (child_visits + 1)) * prior[b, node, a]
                 if child_visits > 0:
-                    child_value = values[b, child, VALUE_SUM] / child_visits
+                    exact = values[b, child, EXACT]
+                    proven = not np.isnan(exact)
+                    child_value = exact if proven else values[b, child, VALUE_SUM] / child_visits
                     if nodes[b, child, TO_PLAY] != nodes[b, node, TO_PLAY]:
                         child_value = -child_value
                     value_score = values[b, child, REWARD] + discount * child_value
+                    if proven and known_min < known_max:
+                        if value_score >= known_max:
+                            value_score = np.inf
+                        elif value_score <= known_min:
+                            value_score = -np.inf
                     if hi > lo:
                         value_score = (value_score - lo) / scale
                 else:
@@ -167,11 +186,14 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
 
 @njit(cache=True)
 def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, action, reward,
-                      value, logits, num_players, discount, legal):
+                      value, logits, num_players, discount, legal, terminal, root_legal,
+                      known_max):
     """Attaches node ``new_node`` under ``parent[b]`` via ``action[b]`` in every row, sets its
     reward and priors from the model's output (reward [B], value [B], logits [B, A]) and backs
     ``value`` up to the root. ``legal`` [B, A] holds the new nodes' legal actions (all True for
-    a learned model); an illegal action gets the prior -1, which selection skips."""
+    a learned model); an illegal action gets the prior -1, which selection skips. ``terminal``
+    [B] marks new nodes that are final states (all False unless the search proves values): they
+    are proven worth 0 and the proof is carried up (:func:`_prove_upwards`)."""
     for b in range(nodes.shape[0]):
         p = parent[b]
         children[b, p, action[b]] = new_node
@@ -185,6 +207,39 @@ def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, 
             if not legal[b, a]:
                 prior[b, new_node, a] = -1.0
         _backup(nodes, values, minmax, b, new_node, value[b], discount)
+        if terminal[b] and np.isnan(values[b, p, EXACT]):
+            values[b, new_node, EXACT] = 0.0
+            _prove_upwards(nodes, values, children, prior, root_legal, b, p, discount, known_max)
+
+
+@njit(cache=True)
+def _proven_move_value(nodes, values, b, node, child, discount):
+    """Exact value of the move from ``node`` to ``child`` for the player to move at ``node``."""
+    exact = values[b, child, EXACT]
+    if nodes[b, child, TO_PLAY] != nodes[b, node, TO_PLAY]:
+        exact = -exact
+    return values[b, child, REWARD] + discount * exact
+
+
+@njit(cache=True)
+def _prove_upwards(nodes, values, children, prior, root_legal, b, node, discount, known_max):
+    """Proves ``node`` and its ancestors while possible: a node is worth its best move once every
+    legal move is proven, or ``known_max`` as soon as one move is proven to reach it."""
+    num_actions = children.shape[2]
+    while node != -1 and np.isnan(values[b, node, EXACT]):
+        best = -np.inf
+        all_proven = True
+        for a in range(num_actions):
+            if (root_legal[b, a] if node == 0 else prior[b, node, a] >= 0.0):
+                child = children[b, node, a]
+                if child == -1 or np.isnan(values[b, child, EXACT]):
+                    all_proven = False
+                    continue
+                best = max(best, _proven_move_value(nodes, values, b, node, child, discount))
+        if not (all_proven or best >= known_max):
+            return
+        values[b, node, EXACT] = best
+        node = nodes[b, node, PARENT]
 
 
 # ---- Gumbel MuZero root selection (compiled only when used) ----
