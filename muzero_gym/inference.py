@@ -4,7 +4,8 @@
 state of the search in one preallocated buffer ``[B, num_simulations + 1, ...]`` and exposes
 ``recurrent_fn(parent_index, action, node_index)`` as the search expects, so the tree code never
 sees a tensor. MLP networks on the CPU run through a NumPy snapshot of their weights; other
-networks through :func:`~muzero_gym.networks.inference_network` (batch norm folded).
+networks through :func:`~muzero_gym.networks.inference_network` (batch norm folded), in the
+number format of ``model.search_precision`` (:func:`~muzero_gym.networks.search_dtype`).
 :func:`plan` does a whole batched search for a batch of observations.
 """
 
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from muzero_gym.mcts import BatchedMCTS, SearchResult
-from muzero_gym.networks import MuZeroNetwork, inference_network
+from muzero_gym.networks import MuZeroNetwork, inference_network, search_dtype
 from muzero_gym.numpy_inference import NumpyMLP
 
 
@@ -44,9 +45,15 @@ class ModelSearchAdapter:
         """Takes a new snapshot of the weights (NumPy, or the folded inference copy)."""
         allowed = self.use_numpy and self.device.type == "cpu"
         self._numpy = NumpyMLP.from_network(self.network) if allowed else None
+        self._dtype = search_dtype(self.network, self.device)
         if self._numpy is None:
             self._model = self.network if self.network.training else \
-                inference_network(self.network)
+                inference_network(self.network, self._dtype)
+
+    def _autocast(self):
+        """The number format of the network's calls (``model.search_precision``)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self._dtype == torch.bfloat16)
 
     def _store_roots(self, hidden, batch: int) -> None:
         shape = (batch, self.num_nodes, *hidden.shape[1:])
@@ -69,9 +76,10 @@ class ModelSearchAdapter:
             self._store_roots(hidden, batch)
             return value, logits
         obs = torch.as_tensor(observations, device=self.device)
-        out = self._model.initial_inference(obs)
+        with self._autocast():
+            out = self._model.initial_inference(obs)
         self._store_roots(out.hidden, batch)
-        value = self._model.value_scalar(out.value_logits)
+        value = self._model.value_scalar(out.value_logits.float())
         return value.double().cpu().numpy(), out.policy_logits.double().cpu().numpy()
 
     def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray,
@@ -90,10 +98,11 @@ class ModelSearchAdapter:
                          node_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         parents = torch.as_tensor(parent_index, device=self.device, dtype=torch.long)
         actions = torch.as_tensor(action, device=self.device, dtype=torch.long)
-        out = self._model.recurrent_inference(self._hidden[self._rows, parents], actions)
+        with self._autocast():
+            out = self._model.recurrent_inference(self._hidden[self._rows, parents], actions)
         self._hidden[:, node_index] = out.hidden
-        reward = self._model.reward_scalar(out.reward_logits)
-        value = self._model.value_scalar(out.value_logits)
+        reward = self._model.reward_scalar(out.reward_logits.float())
+        value = self._model.value_scalar(out.value_logits.float())
         return (reward.double().cpu().numpy(), value.double().cpu().numpy(),
                 out.policy_logits.double().cpu().numpy())
 

@@ -176,3 +176,56 @@ def test_inference_network_folds_batch_norm_without_changing_outputs(kind):
 def test_inference_network_keeps_networks_without_batch_norm():
     net = build_network(ModelConfig(hidden_size=8, layer_size=16), (4,), 3).eval()
     assert inference_network(net) is net
+
+
+def test_bfloat16_search_follows_the_float32_network_closely():
+    """``model.search_precision = bfloat16``: the search's calls run a bfloat16 copy under
+    autocast, whose values and priors stay close to float32's and which follows weight
+    changes; the network being trained stays float32."""
+    from muzero_gym.inference import ModelSearchAdapter
+    from muzero_gym.networks import search_dtype
+
+    torch.manual_seed(0)
+    config = ModelConfig(kind="resnet", num_channels=16, num_blocks=1, downsample=False,
+                         value_support_size=1, reward_support_size=1,
+                         search_precision="bfloat16")
+    net = build_network(config, (3, 6, 7), 7).eval()
+    for head in (net.value_head, net.policy_head):
+        torch.nn.init.normal_(head[-1].weight, std=0.3)
+    assert search_dtype(net, torch.device("cpu")) == torch.bfloat16
+    observations = (np.random.default_rng(0).random((16, 3, 6, 7)) < 0.3).astype(np.float32)
+    fast = ModelSearchAdapter(net, 4)
+    exact = ModelSearchAdapter(net, 4)
+    exact._dtype, exact._model = torch.float32, inference_network(net)
+
+    def assert_close():
+        value, logits = fast.initial(observations)
+        want_value, want_logits = exact.initial(observations)
+        assert value.dtype == logits.dtype == np.float64
+        np.testing.assert_allclose(value, want_value, atol=0.03)
+        np.testing.assert_allclose(logits, want_logits, atol=0.1)
+        assert np.abs(logits - want_logits).max() > 0  # it did compute in bfloat16
+        return logits
+
+    before = assert_close()
+    assert {p.dtype for p in inference_network(net, torch.bfloat16).parameters()} == {
+        torch.bfloat16}
+    assert {p.dtype for p in net.parameters()} == {torch.float32}
+    with torch.no_grad():  # as a learner step would
+        net.policy_head[-1].weight.mul_(-2.0)
+    fast.refresh()
+    exact._model = inference_network(net)
+    after = assert_close()
+    np.testing.assert_allclose(after, -2.0 * before, atol=0.2)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "auto"])
+def test_search_precision_comes_from_the_config(precision):
+    from muzero_gym.networks import native_bfloat16, search_dtype
+
+    config = ModelConfig(kind="resnet", num_channels=8, num_blocks=1, downsample=False,
+                         search_precision=precision)
+    net = build_network(config, (3, 6, 7), 7)
+    cpu = torch.device("cpu")
+    bf16 = precision == "bfloat16" or (precision == "auto" and native_bfloat16(cpu))
+    assert search_dtype(net, cpu) == (torch.bfloat16 if bf16 else torch.float32)
