@@ -20,7 +20,9 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,10 @@ class MuZeroAgent:
                                          config.env.stack_actions, self.num_actions)
 
         self.rng = np.random.default_rng(train.seed)
+        # The learner draws its batches from its own generator when it runs in its own thread,
+        # so that neither thread's draws depend on timing.
+        self.learner_rng = (np.random.default_rng([train.seed, 1]) if train.concurrent_learner
+                            else self.rng)
         torch.manual_seed(train.seed)
         network = build_network(config.model, self.input_shape, self.num_actions,
                                 image_input=self.encoder.is_image)
@@ -125,6 +131,8 @@ class MuZeroAgent:
         threads = self.config.train.num_threads
         if threads == 0 and self.config.env.vectorization == "async":
             threads = 1  # env workers share the cores
+        elif threads == 0 and self.config.train.concurrent_learner:
+            threads = max(1, (os.cpu_count() or 2) // 2)  # self-play and learner share them
         if threads > 0:
             torch.set_num_threads(threads)
 
@@ -172,10 +180,21 @@ class MuZeroAgent:
         bar = Progress(total_env_steps, "env steps", initial=self.env_steps, enabled=show)
         start_time, start_steps = time.perf_counter(), self.env_steps
         start_train = self.training_steps
+        learner_thread = (ThreadPoolExecutor(1, thread_name_prefix="learner")
+                          if config.train.concurrent_learner else None)
         try:
             while self.env_steps < total_env_steps:
                 before = self.env_steps
-                stats = selfplay.step(self.training_steps)
+                training = None
+                if learner_thread is not None and self._train_credit >= 1.0:
+                    # The steps earned by the last move run while self-play makes the next one;
+                    # this thread leaves the replay alone until they are done.
+                    training = learner_thread.submit(self._train_steps, self._take_due_steps())
+                try:
+                    stats = selfplay.step(self.training_steps)
+                finally:
+                    if training is not None:
+                        training.result()
                 self.env_steps += stats.num_transitions
                 self._metrics["search/root_value"].append(stats.root_value)
                 self._metrics["search/visit_entropy"].append(stats.visit_entropy)
@@ -186,9 +205,8 @@ class MuZeroAgent:
                     self._log_episode(episode_return, length)
                 if len(self.replay) >= config.train.warmup_transitions:
                     self._train_credit += stats.num_transitions * config.train.replay_ratio
-                    while self._train_credit >= 1.0:
-                        self._train_once()
-                        self._train_credit -= 1.0
+                    if learner_thread is None:
+                        self._train_steps(self._take_due_steps())
                 if self.training_steps - self._last_sync_step >= config.train.weight_sync_interval:
                     self.sync_selfplay_weights()
                 elapsed = time.perf_counter() - start_time
@@ -207,6 +225,8 @@ class MuZeroAgent:
                     fields["eval"] = f"{self.last_eval_return:.1f}"
                 bar.update(self.env_steps, **fields)
         finally:
+            if learner_thread is not None:
+                learner_thread.shutdown(wait=True)
             bar.close()
             if self.run_dir is not None:
                 self.save(self.run_dir)
@@ -254,18 +274,29 @@ class MuZeroAgent:
             self._logger.scalars({"charts/episodic_return": episode_return,
                                   "charts/episodic_length": float(length)}, self.env_steps)
 
+    def _take_due_steps(self) -> int:
+        """The whole learner steps earned so far (``train.replay_ratio`` per env step)."""
+        due = int(self._train_credit)
+        self._train_credit -= due
+        return due
+
+    def _train_steps(self, count: int) -> None:
+        for _ in range(count):
+            self._train_once()
+
     def _train_once(self) -> None:
         train = self.config.train
         need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
         need_unrolled = train.consistency_loss_weight > 0 or (
             train.reanalyse_policy and train.reanalyse_fraction > 0)
-        batch = self.replay.sample(train.batch_size, self.rng, with_bootstrap_inputs=need_bootstrap,
+        rng = self.learner_rng
+        batch = self.replay.sample(train.batch_size, rng, with_bootstrap_inputs=need_bootstrap,
                                    with_unrolled_inputs=need_unrolled)
         if train.reanalyse_fraction > 0:
             reanalyse(batch, self.learner.target_network, self.reanalyse_search,
-                      train.reanalyse_fraction, self.rng, train.reanalyse_policy, self.device)
+                      train.reanalyse_fraction, rng, train.reanalyse_policy, self.device)
         if self.symmetries:
-            augment_batch(batch, self.symmetries, self.rng)
+            augment_batch(batch, self.symmetries, rng)
         metrics = self.learner.train_step(batch)
         self.replay.update_priorities(batch.slots, batch.game_ids, metrics.pop("priorities"))
         for key in ("total", "value", "reward", "policy", "consistency"):
@@ -443,6 +474,7 @@ class MuZeroAgent:
                          "train_credit": self._train_credit,
                          "last_sync_step": self._last_sync_step},
             "rng": {"numpy": self.rng.bit_generator.state,
+                    "learner_numpy": self.learner_rng.bit_generator.state,
                     "torch": torch.get_rng_state()},
         }
         if include_replay:
@@ -484,6 +516,8 @@ class MuZeroAgent:
         self._train_credit = float(counters["train_credit"])
         self._last_sync_step = int(counters["last_sync_step"])
         self.rng.bit_generator.state = state["rng"]["numpy"]
+        if self.learner_rng is not self.rng and "learner_numpy" in state["rng"]:
+            self.learner_rng.bit_generator.state = state["rng"]["learner_numpy"]
         torch.set_rng_state(state["rng"]["torch"])
         if "replay" in state:
             replay = {k: v.numpy() if isinstance(v, torch.Tensor) else v

@@ -282,7 +282,13 @@ class TrainConfig(_Section):
     inference_device: str = _field("cpu", "self-play inference device: auto, cpu or cuda",
                                    choices=("auto", "cpu", "cuda"))
     mixed_precision: bool = _field(False, "bfloat16 autocast for the learner on CUDA")
-    num_threads: int = _field(0, "torch threads; 0 = 1 with async envs, else all cores", low=0)
+    num_threads: int = _field(
+        0, "torch threads (per thread of work with concurrent_learner); 0 = 1 with async envs, "
+        "half the cores with concurrent_learner, else all cores", low=0)
+    concurrent_learner: bool = _field(
+        False, "take the learner steps that are due in a second thread while self-play makes "
+        "its next move in every game (one move behind, deterministic for a seed): the two run "
+        "on separate cores instead of taking turns")
     env_steps: int = _field(100_000, "env steps of a full run (muzero-gym train)", low=1)
     reward_clipping: bool = _field(
         False, "rewards enter the training targets as their sign (Atari); logged returns and "

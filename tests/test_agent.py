@@ -83,6 +83,35 @@ def test_resume_continues_counters_and_replay(tmp_path):
     assert state["counters"]["env_steps"] == resumed.env_steps
 
 
+def test_concurrent_learner_trains_in_its_own_thread_and_is_deterministic(tmp_path,
+                                                                           monkeypatch):
+    import threading
+
+    threads = set()
+    train_once = MuZeroAgent._train_once
+
+    def recording(self):
+        threads.add(threading.current_thread().name)
+        train_once(self)
+
+    monkeypatch.setattr(MuZeroAgent, "_train_once", recording)
+    agents = [tiny_agent(tmp_path / str(i), extra=["train.concurrent_learner=true"])
+              for i in range(2)]
+    for agent in agents:
+        agent.learn(150, progress=False)
+    assert threads and all(name.startswith("learner") for name in threads)
+    first, second = agents
+    assert first.training_steps > 0
+    assert (first.env_steps, first.training_steps) == (second.env_steps, second.training_steps)
+    for a, b in zip(first.network.parameters(), second.network.parameters()):
+        assert torch.equal(a, b)
+    np.testing.assert_array_equal(first.replay.priorities(), second.replay.priorities())
+    # Its own generator is saved and restored with the checkpoint.
+    resumed = MuZeroAgent.load(tmp_path / "0" / "run")
+    assert resumed.learner_rng is not resumed.rng
+    assert resumed.learner_rng.bit_generator.state == first.learner_rng.bit_generator.state
+
+
 def test_cli_train_and_eval(tmp_path, capsys):
     args = ["train", "cartpole", "--env-steps", "60", "--logdir", str(tmp_path),
             "--run-name", "r", "--no-progress", *[x for s in TINY for x in ("--set", s)]]
