@@ -205,6 +205,12 @@ def test_bfloat16_search_follows_the_float32_network_closely():
         np.testing.assert_allclose(value, want_value, atol=0.03)
         np.testing.assert_allclose(logits, want_logits, atol=0.1)
         assert np.abs(logits - want_logits).max() > 0  # it did compute in bfloat16
+        # A learned-model step from the stored (bfloat16) hidden states.
+        parents, actions = np.zeros(16, dtype=np.int64), np.arange(16) % 7
+        _, step_value, step_logits = fast.recurrent_fn(parents, actions, 1)
+        _, want_step_value, want_step_logits = exact.recurrent_fn(parents, actions, 1)
+        np.testing.assert_allclose(step_value, want_step_value, atol=0.03)
+        np.testing.assert_allclose(step_logits, want_step_logits, atol=0.1)
         return logits
 
     before = assert_close()
