@@ -159,10 +159,11 @@ class ModelConfig(_Section):
     num_blocks: int = _field(16, "residual blocks per function (resnet)", low=1)
     downsample: bool = _field(True, "downsample images 16x as in the MuZero Atari network")
     search_precision: str = _field(
-        "float32", "number format of the network calls made by the search (self-play, "
-        "evaluation, play): bfloat16 (torch.autocast) is about 2x faster on CPUs with native "
-        "bfloat16 (AMX, AVX512-BF16) and much slower on others; auto picks it where the "
-        "device has it. Training stays float32", choices=("float32", "bfloat16", "auto"))
+        "float32", "number format of the search's calls of a convolutional network "
+        "(self-play, evaluation, play): bfloat16 (torch.autocast) is faster on CPUs with "
+        "native bfloat16 (AMX, AVX512-BF16) and much slower on others; auto picks it where the "
+        "device has it. Training stays float32; MLPs always search in float32",
+        choices=("float32", "bfloat16", "auto"))
     value_support_size: int = _field(300, "categorical value support is [-n, n]", low=1)
     reward_support_size: int = _field(300, "categorical reward support is [-n, n]", low=1)
     projection_size: int = _field(128, "width of the projection used by the consistency loss",
