@@ -300,33 +300,38 @@ class BatchedMCTS:
         walk(0, 1)
         return lines
 
+    def _root_children(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row indices [B, 1], each root move's child node [B, A] (0 where unexpanded) and
+        whether it is expanded [B, A]."""
+        child = self._children[:batch, 0]
+        exists = child >= 0
+        return np.arange(batch)[:, None], np.where(exists, child, 0), exists
+
+    def _root_move_values(self, batch: int, child_value: np.ndarray) -> np.ndarray:
+        """[B, A] reward + discount * ``child_value`` [B, A] (each child's value for the player
+        to move there), seen by the player to move at the root."""
+        nodes, values = self._nodes[:batch], self._values[:batch]
+        rows, child, _ = self._root_children(batch)
+        same_player = nodes[rows, child, tree.TO_PLAY] == nodes[:, :1, tree.TO_PLAY]
+        return values[rows, child, tree.REWARD] + self.settings.discount * np.where(
+            same_player, child_value, -child_value)
+
     def _root_statistics(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Root child visit counts [B, A], root values [B] and root Q-values [B, A]."""
         nodes, values = self._nodes[:batch], self._values[:batch]
-        rows = np.arange(batch)[:, None]
-        child = self._children[:batch, 0]
-        exists = child >= 0
-        child = np.where(exists, child, 0)
+        rows, child, exists = self._root_children(batch)
         visit_counts = np.where(exists, nodes[rows, child, tree.VISITS], 0).astype(np.int32)
         root_value = values[:, 0, tree.VALUE_SUM] / nodes[:, 0, tree.VISITS]
         child_value = values[rows, child, tree.VALUE_SUM] / np.maximum(visit_counts, 1)
-        same_player = nodes[rows, child, tree.TO_PLAY] == nodes[:, :1, tree.TO_PLAY]
-        q = values[rows, child, tree.REWARD] + self.settings.discount * np.where(
-            same_player, child_value, -child_value)
+        q = self._root_move_values(batch, child_value)
         return visit_counts, root_value, np.where(visit_counts > 0, q, 0.0)
 
     def _proven_root_moves(self, batch: int) -> np.ndarray:
         """[B, A] proven value of each root move for the player to move at the root, NaN where
         the move is unexpanded or unproven."""
-        nodes, values = self._nodes[:batch], self._values[:batch]
-        rows = np.arange(batch)[:, None]
-        child = self._children[:batch, 0]
-        safe = np.where(child >= 0, child, 0)
-        exact = values[rows, safe, tree.EXACT]
-        same_player = nodes[rows, safe, tree.TO_PLAY] == nodes[:, :1, tree.TO_PLAY]
-        q = values[rows, safe, tree.REWARD] + self.settings.discount * np.where(
-            same_player, exact, -exact)
-        return np.where(child >= 0, q, np.nan)
+        rows, child, exists = self._root_children(batch)
+        exact = self._values[:batch][rows, child, tree.EXACT]
+        return np.where(exists, self._root_move_values(batch, exact), np.nan)
 
     def _gumbel_outputs(self, batch, root_legal, gumbel, visit_counts, q):
         """Gumbel MuZero's improved policy softmax(log prior + sigma(completed Q)) and the action

@@ -157,9 +157,8 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
                     exact = values[b, child, EXACT]
                     proven = not np.isnan(exact)
                     child_value = exact if proven else values[b, child, VALUE_SUM] / child_visits
-                    if nodes[b, child, TO_PLAY] != nodes[b, node, TO_PLAY]:
-                        child_value = -child_value
-                    value_score = values[b, child, REWARD] + discount * child_value
+                    value_score = _move_value(nodes, values, b, node, child, child_value,
+                                              discount)
                     if proven and known_min < known_max:
                         if value_score >= known_max:
                             value_score = np.inf
@@ -213,12 +212,12 @@ def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, 
 
 
 @njit(cache=True)
-def _proven_move_value(nodes, values, b, node, child, discount):
-    """Exact value of the move from ``node`` to ``child`` for the player to move at ``node``."""
-    exact = values[b, child, EXACT]
+def _move_value(nodes, values, b, node, child, child_value, discount):
+    """Value of the move from ``node`` to ``child`` for the player to move at ``node``, given
+    ``child_value`` for the player to move at ``child``: reward + discount * signed value."""
     if nodes[b, child, TO_PLAY] != nodes[b, node, TO_PLAY]:
-        exact = -exact
-    return values[b, child, REWARD] + discount * exact
+        child_value = -child_value
+    return values[b, child, REWARD] + discount * child_value
 
 
 @njit(cache=True)
@@ -235,7 +234,8 @@ def _prove_upwards(nodes, values, children, prior, root_legal, b, node, discount
                 if child == -1 or np.isnan(values[b, child, EXACT]):
                     all_proven = False
                     continue
-                best = max(best, _proven_move_value(nodes, values, b, node, child, discount))
+                best = max(best, _move_value(nodes, values, b, node, child,
+                                             values[b, child, EXACT], discount))
         if not (all_proven or best >= known_max):
             return
         values[b, node, EXACT] = best
