@@ -110,7 +110,8 @@ class MuZeroAgent:
         self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
                                    num_unroll_steps=train.num_unroll_steps,
                                    td_steps=train.td_steps, discount=train.discount,
-                                   reward_clipping=train.reward_clipping)
+                                   reward_clipping=train.reward_clipping,
+                                   search_value_mix=train.search_value_mix)
         self.env_steps = 0
         self.episodes = 0
         self._train_credit = 0.0

@@ -256,6 +256,10 @@ class TrainConfig(_Section):
     discount: float = _field(0.997, "discount of rewards and bootstrap values",
                              low=0.0, high=1.0)
     td_steps: int = _field(10, "n of the n-step value target", low=1)
+    search_value_mix: float = _field(
+        0.0, "w: value target = (1 - w) * n-step target + w * the position's own search value "
+        "(the 'Q + Z' averaging of AlphaZero re-implementations); 0 = the reference's target",
+        low=0.0, high=1.0)
     num_unroll_steps: int = _field(
         5, "K: steps the dynamics function is unrolled; 0 trains representation and prediction "
         "only (AlphaZero, for search.simulator = true)", low=0)

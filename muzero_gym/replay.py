@@ -71,7 +71,8 @@ class _StoredGame:
                  "bootstrap_index", "actions", "images", "legal", "to_play", "nbytes")
 
     def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float,
-                 num_unroll_steps: int, reward_clipping: bool = False):
+                 num_unroll_steps: int, reward_clipping: bool = False,
+                 search_value_mix: float = 0.0):
         self.game = game
         self.slots = slots
         length = len(game)
@@ -80,9 +81,11 @@ class _StoredGame:
             rewards = np.sign(rewards)
         policies = np.asarray(game.child_visits, dtype=np.float32).reshape(
             length, game.num_actions)
-        self.parts = targets.n_step_parts(rewards, np.asarray(game.to_play_history),
-                                          game.terminated, td_steps, discount)
-        self.values = targets.n_step_values(self.parts, game.state_values())
+        state_values = game.state_values()
+        self.parts = targets.mix_own_values(
+            targets.n_step_parts(rewards, np.asarray(game.to_play_history), game.terminated,
+                                 td_steps, discount), state_values, search_value_mix)
+        self.values = targets.n_step_values(self.parts, state_values)
         self.targets = targets.unroll_targets(self.values, rewards, policies, game.terminated,
                                               0, length + num_unroll_steps)
         pad = num_unroll_steps
@@ -123,9 +126,11 @@ class ReplayBuffer:
     """Finished games, sampled by position for training (see module doc)."""
 
     def __init__(self, config: ReplayConfig, *, num_actions: int, num_unroll_steps: int,
-                 td_steps: int, discount: float, reward_clipping: bool = False):
+                 td_steps: int, discount: float, reward_clipping: bool = False,
+                 search_value_mix: float = 0.0):
         self.config = config
         self.reward_clipping = reward_clipping
+        self.search_value_mix = search_value_mix
         self.num_actions = num_actions
         self.num_unroll_steps = num_unroll_steps
         self.td_steps = td_steps
@@ -180,7 +185,7 @@ class ReplayBuffer:
         game_id = self._next_game_id
         self._next_game_id += 1
         stored = _StoredGame(game, slots, self.td_steps, self.discount,
-                             self.num_unroll_steps, self.reward_clipping)
+                             self.num_unroll_steps, self.reward_clipping, self.search_value_mix)
         self._games[game_id] = stored
         if priorities is None:
             priorities = np.abs(np.asarray(game.root_values) - stored.values[:-1])
@@ -346,7 +351,8 @@ class ReplayBuffer:
             game.final_value = None if np.isnan(final) else final
             slots = np.asarray(state["game_slots"])[a0:a1]
             self._games[game_id] = _StoredGame(game, slots, self.td_steps, self.discount,
-                                               self.num_unroll_steps, self.reward_clipping)
+                                               self.num_unroll_steps, self.reward_clipping,
+                                               self.search_value_mix)
         self._slot_game = np.asarray(state["slot_game"], dtype=np.int64).copy()
         self._slot_step = np.asarray(state["slot_step"], dtype=np.int64).copy()
         self._priority = np.asarray(state["priority"], dtype=np.float64).copy()

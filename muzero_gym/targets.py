@@ -17,6 +17,10 @@ passes the end of the episode:
   itself gets that value as its target, and positions further past the end are masked out of the
   value and reward losses because nothing is known about them. The reference treats every end
   as terminal, which teaches the model that time limits are the end of the world.
+
+Optionally (:func:`mix_own_values`) the target also leans on the state's own search value:
+``(1 - w) * n-step target + w * state_values[j]``, the "Q + Z" averaging of AlphaZero
+re-implementations, which trades the noise of long Monte Carlo returns for the search's bias.
 """
 
 from __future__ import annotations
@@ -75,6 +79,25 @@ def n_step_parts(rewards: np.ndarray, to_play: np.ndarray, terminated: bool, td_
     return NStepParts(reward_sum, bootstrap_index.astype(np.int64), scale)
 
 
+def mix_own_values(parts: NStepParts, state_values: np.ndarray, weight: float) -> NStepParts:
+    """Parts of ``(1 - weight) * n-step target + weight * state_values[j]`` for every state j.
+
+    The own-value term is folded into ``reward_sum`` (a fixed number once the game is played);
+    only the bootstrap term is left to be recomputed (target network, reanalyse), scaled by
+    ``1 - weight``. Weight 0 returns the parts unchanged.
+    """
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"weight = {weight}: must be in [0, 1]")
+    if weight == 0.0:
+        return parts
+    state_values = np.asarray(state_values, dtype=np.float64)
+    if state_values.shape != parts.reward_sum.shape:
+        raise ValueError(f"state_values has shape {state_values.shape}, expected "
+                         f"{parts.reward_sum.shape} (one value per state, the final one included)")
+    return NStepParts((1.0 - weight) * parts.reward_sum + weight * state_values,
+                      parts.bootstrap_index, (1.0 - weight) * parts.bootstrap_scale)
+
+
 def n_step_values(parts: NStepParts, state_values: np.ndarray) -> np.ndarray:
     """Value targets [T + 1] from the parts and the values of states [T + 1]."""
     state_values = np.asarray(state_values, dtype=np.float64)
@@ -106,9 +129,11 @@ def unroll_targets(values: np.ndarray, rewards: np.ndarray, search_policies: np.
 
 def make_target(rewards: np.ndarray, to_play: np.ndarray, state_values: np.ndarray,
                 search_policies: np.ndarray, terminated: bool, index: int, num_unroll_steps: int,
-                td_steps: int, discount: float) -> UnrollTargets:
-    """All targets of one sample, as the reference's ``Game.make_target``."""
-    parts = n_step_parts(rewards, to_play, terminated, td_steps, discount)
+                td_steps: int, discount: float, own_value_weight: float = 0.0) -> UnrollTargets:
+    """All targets of one sample, as the reference's ``Game.make_target`` (with
+    ``own_value_weight`` > 0, mixed with the states' own values: :func:`mix_own_values`)."""
+    parts = mix_own_values(n_step_parts(rewards, to_play, terminated, td_steps, discount),
+                           state_values, own_value_weight)
     values = n_step_values(parts, state_values)
     return unroll_targets(values, np.asarray(rewards), np.asarray(search_policies), terminated,
                           index, num_unroll_steps)

@@ -23,9 +23,10 @@ def make_game(length, value=0.0, terminated=True, start=0.0):
     return game
 
 
-def buffer(capacity=100, **kwargs):
+def buffer(capacity=100, search_value_mix=0.0, **kwargs):
     return ReplayBuffer(ReplayConfig(capacity=capacity, **kwargs), num_actions=3,
-                        num_unroll_steps=2, td_steps=2, discount=1.0)
+                        num_unroll_steps=2, td_steps=2, discount=1.0,
+                        search_value_mix=search_value_mix)
 
 
 def test_capacity_counts_transitions_and_evicts_whole_oldest_games():
@@ -46,6 +47,19 @@ def test_initial_priorities_are_search_value_errors():
     # targets with td 2, discount 1, reward 1 per step: 1 + 1 + 0.5, 1 + 1, 1
     expected = np.abs(0.5 - np.array([2.5, 2.0, 1.0])) + 1e-6
     np.testing.assert_allclose(replay.priorities()[:3], expected)
+
+
+def test_search_value_mix_moves_targets_and_priorities_toward_the_search_value():
+    replay = buffer(search_value_mix=0.5)
+    replay.add_game(make_game(3, value=0.5))
+    mixed = 0.5 * np.array([2.5, 2.0, 1.0]) + 0.5 * 0.5
+    np.testing.assert_allclose(replay.priorities()[:3], np.abs(0.5 - mixed) + 1e-6)
+    batch = replay.sample(16, np.random.default_rng(0), with_bootstrap_inputs=True)
+    steps = replay._slot_step[batch.slots]
+    np.testing.assert_allclose(batch.target_value[:, 0], mixed[steps])
+    # the recomputable split: reward part + scale * stored search value gives the same target
+    np.testing.assert_allclose(batch.reward_sum[:, 0] + batch.bootstrap_scale[:, 0] * 0.5,
+                               mixed[steps])
 
 
 def test_prioritized_sampling_follows_priorities_and_weights_correct_for_it():

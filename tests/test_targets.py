@@ -14,11 +14,11 @@ POLICIES = np.eye(5, 3)  # any distinct rows
 
 
 def target(terminated, index, k, td, discount, final=0.0, rewards=REWARDS, to_play=ONE_PLAYER,
-           root_values=ROOT_VALUES):
+           root_values=ROOT_VALUES, mix=0.0):
     values = np.array(list(root_values) + [final])
     policies = np.eye(len(rewards), 3)
     return targets.make_target(rewards, to_play, values, policies, terminated, index, k, td,
-                               discount)
+                               discount, mix)
 
 
 def test_mid_episode_value_is_n_step_return_plus_discounted_search_value():
@@ -28,6 +28,33 @@ def test_mid_episode_value_is_n_step_return_plus_discounted_search_value():
     np.testing.assert_allclose(t.reward, [1.0, 2.0])  # last_reward: reward before each position
     np.testing.assert_array_equal(t.policy, np.eye(5, 3)[1:3])
     assert t.policy_mask.all() and t.value_mask.all()
+
+
+def test_search_value_mix_averages_the_n_step_target_with_the_own_search_value():
+    t = target(True, index=1, k=2, td=2, discount=0.5, mix=0.25)
+    # n-step targets 13.5, 17.5, 6.5 (j = 1, 2, 3) against own search values 20, 30, 40
+    np.testing.assert_allclose(t.value, [0.75 * 13.5 + 0.25 * 20, 0.75 * 17.5 + 0.25 * 30,
+                                         0.75 * 6.5 + 0.25 * 40])
+    # the absorbing terminal state keeps 0 (its value is 0) and the truncated end keeps its own
+    np.testing.assert_allclose(target(True, index=5, k=0, td=2, discount=0.5, mix=0.5).value, [0])
+    np.testing.assert_allclose(
+        target(False, index=5, k=0, td=2, discount=0.5, final=60.0, mix=0.5).value, [60.0])
+
+
+def test_mixed_parts_recompute_only_the_bootstrap_term():
+    # A fresh bootstrap estimate (target network, reanalyse) enters with weight 1 - w; the own
+    # search value stays the one stored when the game was played.
+    stored = np.array(ROOT_VALUES + [0.0])
+    fresh = np.array([-1.0, -2.0, -3.0, -4.0, -5.0, 0.0])
+    parts = targets.n_step_parts(REWARDS, ONE_PLAYER, True, 2, 0.5)
+    mixed = targets.mix_own_values(parts, stored, 0.25)
+    np.testing.assert_allclose(targets.n_step_values(mixed, fresh),
+                               0.75 * targets.n_step_values(parts, fresh) + 0.25 * stored)
+    assert targets.mix_own_values(parts, stored, 0.0) is parts
+    with pytest.raises(ValueError, match="must be in"):
+        targets.mix_own_values(parts, stored, 1.5)
+    with pytest.raises(ValueError, match="one value per state"):
+        targets.mix_own_values(parts, stored[:-1], 0.5)
 
 
 def test_near_a_terminal_state_values_stop_and_later_states_are_absorbing():

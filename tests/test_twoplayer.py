@@ -170,6 +170,10 @@ def test_board_game_targets_are_monte_carlo_results_for_the_player_to_move():
     # X to move: +1; O to move: -1; alternately, then the absorbing terminal state's 0.
     assert t.value.tolist() == [1.0, -1.0, 1.0, -1.0, 1.0, 0.0]
     assert t.reward[1:].tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
+    # Mixed with the searches' own values (each for its player to move): Q + Z averaging.
+    searched = np.array([0.2, -0.6, 0.4, -0.8, 0.9, 0.0])
+    t = targets.make_target(rewards, to_play, searched, policies, True, 0, 5, 9, 1.0, 0.5)
+    np.testing.assert_allclose(t.value, [0.6, -0.8, 0.7, -0.9, 0.95, 0.0])
 
 
 def test_matches_count_every_game_and_alternate_seats():
