@@ -52,7 +52,7 @@ class Batch:
     weights: np.ndarray  # [B] importance-sampling weights
     slots: np.ndarray  # [B] ring slots, for update_priorities
     game_ids: np.ndarray  # [B] ids of the sampled games, for update_priorities
-    reward_sum: np.ndarray  # [B, K + 1] reward part of the value targets
+    reward_sum: np.ndarray  # [B, K + 1] fixed part of the value targets (rewards, own value)
     bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
     bootstrap: SearchInputs | None = None  # the states value targets bootstrap from
     unrolled: SearchInputs | None = None  # the states at positions index .. index + K (valid

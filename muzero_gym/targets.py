@@ -34,7 +34,8 @@ class NStepParts(NamedTuple):
     """Value target of every state j in [0, T] as ``reward_sum[j] + bootstrap_scale[j] *
     state_values[bootstrap_index[j]]``; ``bootstrap_index`` is -1 (and the scale 0) where the
     target does not bootstrap. Kept apart so the bootstrap values can be recomputed
-    (target network, reanalyse) without touching the rewards."""
+    (target network, reanalyse) without touching the rewards. ``reward_sum`` is the fixed part:
+    the rewards, and the state's own value when mixed in (:func:`mix_own_values`)."""
 
     reward_sum: np.ndarray  # [T + 1] float64
     bootstrap_index: np.ndarray  # [T + 1] int64
