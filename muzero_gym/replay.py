@@ -184,9 +184,7 @@ class ReplayBuffer:
                 self._evict(int(game_id))
         game_id = self._next_game_id
         self._next_game_id += 1
-        stored = _StoredGame(game, slots, self.td_steps, self.discount,
-                             self.num_unroll_steps, self.reward_clipping, self.search_value_mix)
-        self._games[game_id] = stored
+        stored = self._games[game_id] = self._stored_game(game, slots)
         if priorities is None:
             priorities = np.abs(np.asarray(game.root_values) - stored.values[:-1])
         priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
@@ -199,6 +197,11 @@ class ReplayBuffer:
         self.num_games_added += 1
         self.num_transitions_added += num_positions
         return game_id
+
+    def _stored_game(self, game: Game, slots: np.ndarray) -> _StoredGame:
+        """``game`` in ``slots`` with its targets under this buffer's target settings."""
+        return _StoredGame(game, slots, self.td_steps, self.discount, self.num_unroll_steps,
+                           self.reward_clipping, self.search_value_mix)
 
     def _evict(self, game_id: int) -> None:
         stored = self._games.pop(game_id)
@@ -350,9 +353,7 @@ class ReplayBuffer:
             final = float(state["final_value"][n])
             game.final_value = None if np.isnan(final) else final
             slots = np.asarray(state["game_slots"])[a0:a1]
-            self._games[game_id] = _StoredGame(game, slots, self.td_steps, self.discount,
-                                               self.num_unroll_steps, self.reward_clipping,
-                                               self.search_value_mix)
+            self._games[game_id] = self._stored_game(game, slots)
         self._slot_game = np.asarray(state["slot_game"], dtype=np.int64).copy()
         self._slot_step = np.asarray(state["slot_step"], dtype=np.int64).copy()
         self._priority = np.asarray(state["priority"], dtype=np.float64).copy()

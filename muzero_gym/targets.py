@@ -130,11 +130,11 @@ def unroll_targets(values: np.ndarray, rewards: np.ndarray, search_policies: np.
 
 def make_target(rewards: np.ndarray, to_play: np.ndarray, state_values: np.ndarray,
                 search_policies: np.ndarray, terminated: bool, index: int, num_unroll_steps: int,
-                td_steps: int, discount: float, own_value_weight: float = 0.0) -> UnrollTargets:
+                td_steps: int, discount: float, search_value_mix: float = 0.0) -> UnrollTargets:
     """All targets of one sample, as the reference's ``Game.make_target`` (with
-    ``own_value_weight`` > 0, mixed with the states' own values: :func:`mix_own_values`)."""
+    ``search_value_mix`` > 0, mixed with the states' own values: :func:`mix_own_values`)."""
     parts = mix_own_values(n_step_parts(rewards, to_play, terminated, td_steps, discount),
-                           state_values, own_value_weight)
+                           state_values, search_value_mix)
     values = n_step_values(parts, state_values)
     return unroll_targets(values, np.asarray(rewards), np.asarray(search_policies), terminated,
                           index, num_unroll_steps)
