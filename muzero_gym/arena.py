@@ -8,7 +8,8 @@ positive reward (the contract of :mod:`muzero_gym.envs.board`); 0 at the end is 
 
 A greedy agent against a deterministic opponent plays the same game over and over, so a match
 can start each game after ``opening_plies`` uniformly random legal moves (both sides): games come
-in pairs that share an opening with the seats swapped, as engine matches use opening books.
+in pairs that share an opening with the seats swapped, as engine matches use opening books, and
+no opening is played twice while unplayed ones remain.
 """
 
 from __future__ import annotations
@@ -65,9 +66,14 @@ class MatchResult:
 
 def random_openings(env: gym.Env, count: int, plies: int, rng: np.random.Generator
                     ) -> list[list[int]]:
-    """``count`` sequences of ``plies`` uniformly random legal moves (``info["action_mask"]``)
-    that do not end the game, drawn by playing them on ``env``."""
-    openings = []
+    """``count`` different sequences of ``plies`` uniformly random legal moves
+    (``info["action_mask"]``) that do not end the game, drawn by playing them on ``env``.
+
+    Openings are drawn without repeats, so a match covers as many positions as it can: where
+    the game has fewer such openings than ``count`` (Connect Four has 49 of 2 plies), every one
+    found is used and the list starts over in the same order."""
+    openings: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
     for _ in range(50 * count):
         if len(openings) == count:
             return openings
@@ -79,9 +85,12 @@ def random_openings(env: gym.Env, count: int, plies: int, rng: np.random.Generat
             if terminated or truncated:
                 break
             moves.append(action)
-        if len(moves) == plies:
+        if len(moves) == plies and tuple(moves) not in seen:
+            seen.add(tuple(moves))
             openings.append(moves)
-    raise ValueError(f"could not find {count} openings of {plies} plies that do not end the game")
+    if not openings:
+        raise ValueError(f"could not find openings of {plies} plies that do not end the game")
+    return [openings[i % len(openings)] for i in range(count)]
 
 
 def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,

@@ -193,7 +193,11 @@ def test_random_openings_are_legal_unfinished_and_varied():
     openings = random_openings(env, 20, 3, np.random.default_rng(0))
     assert len(openings) == 20 and all(len(o) == 3 for o in openings)
     assert all(0 <= a < 7 for o in openings for a in o)
-    assert len({tuple(o) for o in openings}) > 10
+    assert len({tuple(o) for o in openings}) == 20  # no repeats while others remain
+    # Connect Four has 7 * 7 openings of 2 plies: all of them, then over again in the same order.
+    openings = random_openings(env, 50, 2, np.random.default_rng(0))
+    assert sorted(map(tuple, openings[:49])) == [(a, b) for a in range(7) for b in range(7)]
+    assert openings[49] == openings[0]
     with pytest.raises(ValueError, match="openings"):  # TicTacToe is over within 9 plies
         random_openings(make_env(load_config("tictactoe").env), 1, 9, np.random.default_rng(0))
 
