@@ -139,12 +139,12 @@ class MuZeroAgent:
 
     def _acting_search(self) -> BatchedMCTS:
         """The search for evaluation and play: self-play's, or one with
-        ``search.eval_simulations`` simulations."""
-        sims = self.config.search.eval_simulations
-        if sims in (0, self.search.settings.num_simulations):
-            return self.search
-        return BatchedMCTS(dataclasses.replace(self.search.settings, num_simulations=sims),
-                           self.num_actions)
+        ``search.eval_simulations`` simulations and ``search.eval_pb_c_init``."""
+        search, selfplay = self.config.search, self.search.settings
+        settings = dataclasses.replace(
+            selfplay, num_simulations=search.eval_simulations or selfplay.num_simulations,
+            pb_c_init=selfplay.pb_c_init if search.eval_pb_c_init < 0 else search.eval_pb_c_init)
+        return self.search if settings == selfplay else BatchedMCTS(settings, self.num_actions)
 
     def set_eval_simulations(self, num_simulations: int) -> None:
         """Simulations per search from now on when the agent is evaluated or plays

@@ -181,6 +181,10 @@ class SearchConfig(_Section):
         "muzero-gym play/eval, predict); 0 = num_simulations", low=0)
     pb_c_base: float = _field(19652.0, "pUCT c_base", low=0.0, low_open=True)
     pb_c_init: float = _field(1.25, "pUCT c_init", low=0.0)
+    eval_pb_c_init: float = _field(
+        -1.0, "pUCT c_init when the agent is evaluated or plays (as eval_simulations): a "
+        "smaller one searches the best lines deeper, while self-play keeps pb_c_init's "
+        "exploration for its visit targets; -1 = pb_c_init", low=-1.0)
     exploration_constant: float = _field(
         1.0, "constant of the reference's extra UCB1 term; 0 turns it off", low=0.0)
     dirichlet_alpha: float = _field(0.25, "Dirichlet concentration of root noise",
@@ -207,6 +211,9 @@ class SearchConfig(_Section):
         "search.simulator = true, puct root selection and a deterministic game")
 
     def _check(self) -> None:
+        if self.eval_pb_c_init < 0 and self.eval_pb_c_init != -1:
+            raise ConfigError(f"search.eval_pb_c_init = {self.eval_pb_c_init}: expected a value "
+                              ">= 0, or -1 for pb_c_init")
         if self.solver and not self.simulator:
             raise ConfigError("search.solver = true needs search.simulator = true: only the "
                               "real game says which positions are final")
