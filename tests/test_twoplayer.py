@@ -313,6 +313,31 @@ def test_evaluation_and_play_search_with_eval_simulations():
     assert agent.search_games([game], [env]).visit_counts.sum() == 9
 
 
+def test_evaluation_and_play_search_with_eval_pb_c_init():
+    default = load_config("tictactoe").search.pb_c_init
+    flat = ["search.eval_simulations=40", "search.exploration_constant=0"]
+    greedy = tictactoe_agent(extra=[*flat, "search.eval_pb_c_init=0"])
+    exploring = tictactoe_agent(extra=flat)
+    assert greedy.acting_search.settings.pb_c_init == 0
+    assert greedy.search.settings.pb_c_init == exploring.acting_search.settings.pb_c_init == default
+    plain = tictactoe_agent(extra=["search.eval_simulations=0"])
+    assert plain.acting_search is plain.search  # -1 and 0: self-play's own search
+    visits = []
+    for agent in (greedy, exploring):
+        env = make_env(agent.config.env)
+        game = agent.new_game()
+        game.start(*env.reset(seed=0))
+        for action in (0, 3, 1, 4):  # X on 0 and 1, O on 3 and 4: X wins on 2
+            observation, reward, terminated, truncated, info = env.step(action)
+            game.record_step(action, float(reward), observation, terminated, truncated, info)
+        visits.append(agent.search_games([game], [env]).visit_counts[0])
+    # Both find the win; without the prior's bonus the search spends more on it.
+    assert visits[0].argmax() == visits[1].argmax() == 2
+    assert visits[0][2] > visits[1][2]
+    with pytest.raises(ConfigError, match="eval_pb_c_init"):
+        load_config("tictactoe", ["search.eval_pb_c_init=-0.5"])
+
+
 def test_play_needs_an_env_that_renders_as_text():
     from muzero_gym.environment import EnvError
 
