@@ -2,11 +2,12 @@
 
 Trains the ``connect4`` preset for ``--minutes`` of wall-clock time (self-play and learning on
 this machine), then plays ``--games`` greedy games (half as first player, each move searched
-with ``search.eval_simulations``) against the depth-limited alpha-beta player at each depth in
-``--depths`` and prints the win/draw/loss rates.
+with ``search.eval_simulations`` and ``search.eval_pb_c_init``) against the depth-limited
+alpha-beta player at each depth in ``--depths`` and prints the win/draw/loss rates.
 Each pair of games opens with the same ``train.eval_opening_plies`` random moves (2 in the
 preset) with the seats swapped: greedy play against a deterministic opponent would otherwise
-repeat one game per seat. ``--save`` keeps the trained agent (``muzero-gym eval`` reads it).
+repeat one game per seat. No opening repeats while others remain (there are 49 of two moves).
+``--save`` keeps the trained agent (``muzero-gym eval`` reads it).
 
     python tests/benchmarks/connect4_learning.py [--minutes 30] [--games 100] [--depths 2 4]
         [--seed 0] [--save PATH] [--set section.key=value ...]
@@ -46,9 +47,9 @@ def main() -> None:
           f"{agent.training_steps:,} learner steps")
     if args.save:
         agent.save(args.save)
-    search = config.search
-    print(f"greedy games, {search.eval_simulations or search.num_simulations} simulations per "
-          f"move (self-play: {search.num_simulations})")
+    acting, selfplay = agent.acting_search.settings, agent.search.settings
+    print(f"greedy games, {acting.num_simulations} simulations per move, pUCT c_init "
+          f"{acting.pb_c_init} (self-play: {selfplay.num_simulations}, {selfplay.pb_c_init})")
     print(f"{'opponent':>12} {'win':>6} {'draw':>6} {'loss':>6}  (agent first / second: w/d/l)")
     for depth in args.depths:
         result = agent.play_against(AlphaBetaOpponent(depth, seed=args.seed), args.games,
