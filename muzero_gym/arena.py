@@ -76,7 +76,7 @@ def random_openings(env: gym.Env, count: int, plies: int, rng: np.random.Generat
     seen: set[tuple[int, ...]] = set()
     for _ in range(50 * count):
         if len(openings) == count:
-            return openings
+            break
         _, info = env.reset(seed=int(rng.integers(2**31)))
         moves: list[int] = []
         while len(moves) < plies:
