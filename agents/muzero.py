@@ -240,8 +240,7 @@ class MuZeroAgent:
         if not self.config.search.simulator:
             return None
         return SimulatorSearchAdapter(self.selfplay_network, self.encoder,
-                                      make_env(self.config.env), self.num_actions,
-                                      self.inference_device)
+                                      make_env(self.config.env), self.num_actions)
 
     def _start_selfplay(self) -> SelfPlay:
         """The self-play envs, created on first use and kept between ``learn`` calls so that
@@ -249,7 +248,7 @@ class MuZeroAgent:
         if self._selfplay is None:
             envs = make_vector_env(self.config.env)
             self._selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
-                                      self.config.search, self.rng, self.inference_device,
+                                      self.config.search, self.rng,
                                       simulator=self._new_simulator(),
                                       split_on_life_loss=self.config.env.life_loss_terminal)
             self._selfplay.reset(seed=int(self.rng.integers(2**31)))
@@ -295,7 +294,7 @@ class MuZeroAgent:
                                    with_unrolled_inputs=need_unrolled)
         if train.reanalyse_fraction > 0:
             reanalyse(batch, self.learner.target_network, self.reanalyse_search,
-                      train.reanalyse_fraction, rng, train.reanalyse_policy, self.device)
+                      train.reanalyse_fraction, rng, train.reanalyse_policy)
         if self.symmetries:
             augment_batch(batch, self.symmetries, rng)
         metrics = self.learner.train_step(batch)
@@ -373,7 +372,7 @@ class MuZeroAgent:
         ``search.simulator`` on, ``states`` (the envs' ``get_state()``) must be given."""
         if not self.config.search.simulator:
             return plan(self.selfplay_network, self.acting_search, images, legal_action_mask,
-                        to_play, self.rng, add_noise=add_noise, device=self.inference_device)
+                        to_play, self.rng, add_noise=add_noise)
         if states is None:
             raise ValueError("search.simulator = true: pass the envs' get_state() as states")
         if self._acting_simulator is None:
@@ -405,7 +404,7 @@ class MuZeroAgent:
         envs = make_vector_env(self.config.env, num_envs)
         eval_rng = np.random.default_rng(self.rng.integers(2**31) if seed is None else seed)
         player = SelfPlay(envs, self.selfplay_network, self.acting_search, self.new_game,
-                          self.config.search, eval_rng, self.inference_device, add_noise=False,
+                          self.config.search, eval_rng, add_noise=False,
                           greedy=True, simulator=self._new_simulator())
         quota = [num_episodes // num_envs + (i < num_episodes % num_envs)
                  for i in range(num_envs)]

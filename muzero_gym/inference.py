@@ -5,7 +5,9 @@ state of the search in one preallocated buffer ``[B, num_simulations + 1, ...]``
 ``recurrent_fn(parent_index, action, node_index)`` as the search expects, so the tree code never
 sees a tensor. MLP networks on the CPU run through a NumPy snapshot of their weights; other
 networks through :func:`~muzero_gym.networks.inference_network` (batch norm folded), in the
-number format of ``model.search_precision`` (:func:`~muzero_gym.networks.search_dtype`).
+number format of ``model.search_precision`` (:func:`~muzero_gym.networks.search_dtype`), on the
+device that holds the network's weights: observations and actions are moved there, results come
+back as NumPy arrays.
 :func:`plan` does a whole batched search for a batch of observations.
 """
 
@@ -24,16 +26,14 @@ class ModelSearchAdapter:
 
     An MLP network on the CPU runs through its NumPy snapshot (:mod:`numpy_inference`), which
     is several times cheaper per call at self-play batch sizes; call :meth:`refresh` after the
-    network's weights change. Other networks run in PyTorch on ``device``, through
+    network's weights change. Other networks run in PyTorch on the network's device, through
     :func:`~muzero_gym.networks.inference_network` (batch norm folded into the convolutions)
     when ``network`` is in eval mode; :meth:`refresh` retakes that copy too.
     """
 
-    def __init__(self, network: MuZeroNetwork, num_simulations: int,
-                 device: torch.device | str = "cpu", use_numpy: bool = True):
+    def __init__(self, network: MuZeroNetwork, num_simulations: int, use_numpy: bool = True):
         self.network = network
         self.num_nodes = num_simulations + 1
-        self.device = torch.device(device)
         self.use_numpy = use_numpy
         self._hidden: torch.Tensor | np.ndarray | None = None
         self._rows: torch.Tensor | np.ndarray | None = None
@@ -43,6 +43,7 @@ class ModelSearchAdapter:
 
     def refresh(self) -> None:
         """Takes a new snapshot of the weights (NumPy, or the folded inference copy)."""
+        self.device = next(self.network.parameters()).device
         allowed = self.use_numpy and self.device.type == "cpu"
         self._numpy = NumpyMLP.from_network(self.network) if allowed else None
         self._dtype = search_dtype(self.network, self.device)
@@ -109,13 +110,12 @@ class ModelSearchAdapter:
 
 def plan(network: MuZeroNetwork, search: BatchedMCTS, observations: np.ndarray,
          legal_action_mask: np.ndarray | None = None, to_play: np.ndarray | None = None,
-         rng: np.random.Generator | None = None, add_noise: bool = True,
-         device: torch.device | str = "cpu") -> SearchResult:
+         rng: np.random.Generator | None = None, add_noise: bool = True) -> SearchResult:
     """One batched search from observations [B, ...] with ``network`` in eval mode."""
     was_training = network.training
     network.eval()
     try:
-        adapter = ModelSearchAdapter(network, search.settings.num_simulations, device)
+        adapter = ModelSearchAdapter(network, search.settings.num_simulations)
         root_value, root_logits = adapter.initial(observations)
         return search.run(root_value, root_logits, adapter.recurrent_fn, legal_action_mask,
                           to_play, rng, add_noise)

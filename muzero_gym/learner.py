@@ -53,9 +53,10 @@ class Learner:
     """Owns the training network, its target copy, the optimizer and the step counter."""
 
     def __init__(self, network: MuZeroNetwork, config: TrainConfig,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str | None = None):
         self.config = config
-        self.device = torch.device(device)
+        self.device = torch.device(device) if device is not None else resolve_device(
+            config.device)
         self.network = network.to(self.device)
         self.target_network = copy.deepcopy(self.network).eval()
         for p in self.target_network.parameters():

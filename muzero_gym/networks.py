@@ -83,6 +83,12 @@ class MuZeroNetwork(nn.Module):
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _float_input(self, observation: torch.Tensor) -> torch.Tensor:
+        """Observations as float32 (uint8 pixels, float planes), or float64 for a float64
+        network (used by tests that compare implementations without rounding noise)."""
+        double = next(self.parameters()).dtype == torch.float64
+        return observation.to(torch.float64 if double else torch.float32)
+
     def dynamics(self, hidden: torch.Tensor,
                  action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(next hidden state, reward logits) from a hidden state and actions [B] (int)."""
@@ -145,7 +151,7 @@ class MLPNetwork(MuZeroNetwork):
         self._build_projection(hidden, config.projection_size)
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
-        return _scale_hidden(self.representation_net(observation.float().flatten(1)))
+        return _scale_hidden(self.representation_net(self._float_input(observation).flatten(1)))
 
     def dynamics(self, hidden, action):
         one_hot = F.one_hot(action.long(), self.num_actions).to(hidden.dtype)
@@ -238,7 +244,7 @@ class ResNetNetwork(MuZeroNetwork):
         self._build_projection(channels * spatial, config.projection_size)
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
-        x = observation.float()
+        x = self._float_input(observation)
         if self.scale_input:
             x = x / 255.0
         return _scale_hidden(self.representation_tower(self.stem(x)))

@@ -71,7 +71,9 @@ class NumpyMLP:
         self.trunk = _layers(network.prediction_trunk)
         self.policy = _layers(network.policy_head)
         self.value = _layers(network.value_head)
-        self._one_hot = np.eye(network.num_actions, dtype=np.float32)
+        # float32 for a float32 network; a float64 one (tests) computes in float64 throughout
+        self.dtype = self.representation[0][1].dtype
+        self._one_hot = np.eye(network.num_actions, dtype=self.dtype)
 
     @classmethod
     def from_network(cls, network: nn.Module) -> NumpyMLP | None:
@@ -90,7 +92,7 @@ class NumpyMLP:
 
     def initial(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(hidden [B, H], value [B], policy logits [B, A]) of observations [B, ...]."""
-        x = np.asarray(observations, dtype=np.float32).reshape(observations.shape[0], -1)
+        x = np.asarray(observations, dtype=self.dtype).reshape(observations.shape[0], -1)
         hidden = _scale_hidden(_forward(self.representation, x))
         value, logits = self._predict(hidden)
         return hidden, value, logits
@@ -108,8 +110,9 @@ class NumpyMLP:
 
 @torch.no_grad()
 def torch_reference(network: MLPNetwork, observations: np.ndarray, actions: np.ndarray):
-    """The same quantities from the PyTorch network (for tests)."""
-    out = network.initial_inference(torch.as_tensor(observations, dtype=torch.float32))
+    """The same quantities from the PyTorch network (for tests), in the network's dtype."""
+    dtype = next(network.parameters()).dtype
+    out = network.initial_inference(torch.as_tensor(observations, dtype=dtype))
     nxt = network.recurrent_inference(out.hidden, torch.as_tensor(actions))
     return (out.hidden.numpy(), network.value_scalar(out.value_logits).numpy(),
             out.policy_logits.numpy(), nxt.hidden.numpy(),

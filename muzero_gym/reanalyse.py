@@ -19,13 +19,13 @@ from muzero_gym.replay import Batch, SearchInputs
 
 
 def _search(network: MuZeroNetwork, search: BatchedMCTS, inputs: SearchInputs,
-            mask: np.ndarray, rng: np.random.Generator, device: torch.device | str):
+            mask: np.ndarray, rng: np.random.Generator):
     """Searches the states where ``mask`` [B, K + 1] is True; returns their (row, step) indices
     and the search result."""
     rows, steps = np.nonzero(mask)
     if rows.size == 0:
         return rows, steps, None
-    adapter = ModelSearchAdapter(network, search.settings.num_simulations, device)
+    adapter = ModelSearchAdapter(network, search.settings.num_simulations)
     root_value, root_logits = adapter.initial(inputs.observations[rows, steps])
     result = search.run(root_value, root_logits, adapter.recurrent_fn,
                         inputs.legal_action_mask[rows, steps], inputs.to_play[rows, steps], rng,
@@ -35,8 +35,7 @@ def _search(network: MuZeroNetwork, search: BatchedMCTS, inputs: SearchInputs,
 
 @torch.inference_mode()
 def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fraction: float,
-              rng: np.random.Generator, refresh_policy: bool = False,
-              device: torch.device | str = "cpu") -> int:
+              rng: np.random.Generator, refresh_policy: bool = False) -> int:
     """Replaces targets of about ``fraction`` of the batch in place; returns the rows changed.
 
     The batch must be sampled with ``with_bootstrap_inputs=True`` (and
@@ -52,14 +51,14 @@ def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fractio
     try:
         chosen = rng.random(batch.observations.shape[0]) < fraction
         rows, steps, result = _search(network, search, batch.bootstrap,
-                                      batch.bootstrap.valid & chosen[:, None], rng, device)
+                                      batch.bootstrap.valid & chosen[:, None], rng)
         if result is not None:
             batch.target_value[rows, steps] = (batch.reward_sum[rows, steps]
                                                + batch.bootstrap_scale[rows, steps]
                                                * result.root_value)
         if refresh_policy:
             mask = batch.unrolled.valid & batch.policy_mask & chosen[:, None]
-            rows, steps, result = _search(network, search, batch.unrolled, mask, rng, device)
+            rows, steps, result = _search(network, search, batch.unrolled, mask, rng)
             if result is not None:
                 batch.target_policy[rows, steps] = result.search_policy
     finally:

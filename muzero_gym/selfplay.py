@@ -86,8 +86,7 @@ class SelfPlay:
 
     def __init__(self, envs: gym.vector.VectorEnv, network: MuZeroNetwork, search: BatchedMCTS,
                  new_game: Callable[[], Game], search_config: SearchConfig,
-                 rng: np.random.Generator, device: torch.device | str = "cpu",
-                 add_noise: bool = True, greedy: bool = False,
+                 rng: np.random.Generator, add_noise: bool = True, greedy: bool = False,
                  simulator: SimulatorSearchAdapter | None = None,
                  split_on_life_loss: bool = False):
         check_autoreset_mode(envs)
@@ -101,7 +100,7 @@ class SelfPlay:
         self.greedy = greedy
         self.num_envs = envs.num_envs
         self.simulator = simulator
-        self.adapter = ModelSearchAdapter(network, search.settings.num_simulations, device)
+        self.adapter = ModelSearchAdapter(network, search.settings.num_simulations)
         self.split_on_life_loss = split_on_life_loss
         self.games: list[Game] = []
         self.pending_reset = np.zeros(self.num_envs, dtype=np.bool_)

@@ -23,7 +23,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from muzero_gym.environment import EnvError
 from muzero_gym.game import ObservationEncoder
@@ -54,13 +53,13 @@ class SimulatorSearchAdapter:
     observations and states, then pass :meth:`recurrent_fn` to the search."""
 
     def __init__(self, network: MuZeroNetwork, encoder: ObservationEncoder, scratch_env: gym.Env,
-                 num_actions: int, device: torch.device | str = "cpu"):
+                 num_actions: int):
         self.scratch = check_simulator_env(scratch_env)
         simulate = getattr(self.scratch, "simulate", None)
         self._simulate = simulate if callable(simulate) else None
         self.encoder = encoder
         self.num_actions = num_actions
-        self.evaluator = ModelSearchAdapter(network, 0, device)
+        self.evaluator = ModelSearchAdapter(network, 0)
         self._states: list[list[Any]] = []
         self._observations: list[list[np.ndarray]] = []
         self._terminal: list[list[bool]] = []

@@ -22,9 +22,19 @@ def h(x: torch.Tensor, eps: float = EPSILON) -> torch.Tensor:
 
 
 def h_inverse(y: torch.Tensor, eps: float = EPSILON) -> torch.Tensor:
-    """Exact inverse of :func:`h` (solves the quadratic in sqrt(|x| + 1))."""
-    root = (torch.sqrt(1.0 + 4.0 * eps * (torch.abs(y) + 1.0 + eps)) - 1.0) / (2.0 * eps)
-    return torch.sign(y) * (root * root - 1.0)
+    """Exact inverse of :func:`h`, in a form without cancellation (:func:`_h_inverse_abs`)."""
+    return torch.sign(y) * _h_inverse_abs(torch.abs(y), torch.sqrt, eps)
+
+
+def _h_inverse_abs(a, sqrt, eps: float = EPSILON):
+    """|x| for |h(x)| = a. With t = sqrt(|x| + 1), h gives eps t^2 + t - (1 + eps + a) = 0, so
+    t = 2 (1 + eps + a) / (1 + s) with s = sqrt(1 + 4 eps (1 + eps + a)), and
+    |x| = (t - 1)(t + 1) with t - 1 = 2 a / (1 + s + 2 eps). The textbook root
+    (s - 1) / (2 eps) subtracts two numbers that agree to three digits, which cost float32
+    inference up to 1e-4 relative error on values near 0.25 (and far more near 0)."""
+    s = sqrt(1.0 + 4.0 * eps * (1.0 + eps + a))
+    t = 2.0 * (1.0 + eps + a) / (1.0 + s)
+    return 2.0 * a * (t + 1.0) / (1.0 + s + 2.0 * eps)
 
 
 def scalar_to_support(x: torch.Tensor, support_size: int) -> torch.Tensor:
@@ -63,5 +73,4 @@ def support_to_scalar_numpy(logits: np.ndarray, support_size: int) -> np.ndarray
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     support = _numpy_support(support_size, logits.dtype)
     y = (shifted @ support) / shifted.sum(axis=-1)
-    root = (np.sqrt(1.0 + 4.0 * EPSILON * (np.abs(y) + 1.0 + EPSILON)) - 1.0) / (2.0 * EPSILON)
-    return np.sign(y) * (root * root - 1.0)
+    return np.sign(y) * _h_inverse_abs(np.abs(y), np.sqrt)

@@ -112,21 +112,39 @@ def test_plan_runs_a_batched_search_with_a_real_model():
 
 
 def test_numpy_inference_matches_torch():
+    """The NumPy forward pass computes the same function as the PyTorch one. Both run in
+    float64, where the two implementations' different summation orders leave differences near
+    1e-16 relative: float32 rounding depends on the CPU's vector units and would need a
+    tolerance that says little about whether the algebra is the same."""
     from muzero_gym.numpy_inference import NumpyMLP, torch_reference
 
     torch.manual_seed(0)
     net = build_network(ModelConfig(hidden_size=8, layer_size=16, value_support_size=5,
-                                    reward_support_size=3), (4,), 3)
+                                    reward_support_size=3), (4,), 3).double()
     for p in net.parameters():  # non-zero heads, so every output is exercised
         torch.nn.init.normal_(p, std=0.3)
-    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    obs = np.random.default_rng(0).normal(size=(5, 4))
     actions = np.array([0, 1, 2, 1, 0])
     fast = NumpyMLP(net)
     hidden, value, logits = fast.initial(obs)
     nxt, reward, value2, logits2 = fast.recurrent(hidden, actions)
     expected = torch_reference(net, obs, actions)
     for got, want in zip((hidden, value, logits, nxt, reward, value2, logits2), expected):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    # The float32 snapshot of the same network computes in float32.
+    fast32 = NumpyMLP(net.float())
+    assert fast32.initial(obs)[1].dtype == np.float32
+
+
+def test_h_inverse_keeps_float32_precision():
+    """float32 values near 0 and 0.25 map back with float32's relative precision (the textbook
+    root cancelled three digits there)."""
+    x = torch.tensor([-300.0, -1.0, -0.2459, -1e-4, 1e-6, 0.3, 7.0, 5000.0], dtype=torch.float64)
+    y32 = h(x).float()
+    exact = h_inverse(y32.double())
+    relative = ((h_inverse(y32).double() - exact).abs() / exact.abs()).max().item()
+    assert relative < 8 * torch.finfo(torch.float32).eps
 
 
 @pytest.mark.parametrize("kind", ["resnet_small", "resnet"])
@@ -134,7 +152,9 @@ def test_inference_network_folds_batch_norm_without_changing_outputs(kind):
     torch.manual_seed(0)
     config = ModelConfig(kind=kind, num_channels=16, num_blocks=1, value_support_size=4,
                          reward_support_size=4)
-    net = build_network(config, (4, 96, 96), 6, image_input=True)
+    # float64, so that the comparison shows whether folding changed the function, not how a
+    # CPU rounds float32 convolutions computed in two different orders
+    net = build_network(config, (4, 96, 96), 6, image_input=True).double()
     for module in net.modules():  # trained-looking statistics, so folding has work to do
         if isinstance(module, torch.nn.BatchNorm2d):
             module.running_mean.uniform_(-0.5, 0.5)
@@ -144,9 +164,9 @@ def test_inference_network_folds_batch_norm_without_changing_outputs(kind):
     for head in (net.value_head, net.policy_head, net.reward_head):
         torch.nn.init.normal_(head[-1].weight, std=0.3)
     with pytest.raises(ValueError, match="eval mode"):
-        inference_network(net)
+        inference_network(net, torch.float64)
     net.eval()
-    fast = inference_network(net)
+    fast = inference_network(net, torch.float64)
     assert fast is not net
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fast.modules())
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())  # original kept
@@ -160,16 +180,16 @@ def test_inference_network_folds_batch_norm_without_changing_outputs(kind):
             want_next = net.recurrent_inference(want.hidden, actions)
             got_next = fast.recurrent_inference(got.hidden, actions)
         for a, b in zip((*got, *got_next), (*want, *want_next)):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
     assert_same_outputs()
-    assert inference_network(net) is fast  # unchanged weights: the same copy
+    assert inference_network(net, torch.float64) is fast  # unchanged weights: the same copy
     # New weights (as a learner step or load_state_dict writes them) reach the same copy.
     with torch.no_grad():
         net.dynamics_conv.weight.mul_(1.5)
         net.dynamics_bn.running_var.mul_(2.0)
         net.prediction_tower[0].conv1.weight.add_(0.05)
-    assert inference_network(net) is fast
+    assert inference_network(net, torch.float64) is fast
     assert_same_outputs()
 
 

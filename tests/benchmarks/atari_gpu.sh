@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1
 python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))"
-python3 -m pip install -q --no-deps -e . || python3 -m pip install -q -e .
+# --no-build-isolation: an offline GPU machine cannot fetch setuptools into an isolated build
+python3 -m pip install -q --no-deps --no-build-isolation -e .
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 timeout 470 python3 tests/benchmarks/atari_gpu.py --minutes 5 "$@"
