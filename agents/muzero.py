@@ -12,7 +12,9 @@ games go to the replay buffer, and the learner takes ``replay_ratio`` steps per 
 ``warmup_transitions`` are stored. Self-play uses its own copy of the weights, refreshed every
 ``weight_sync_interval`` learner steps. With a ``run_dir`` it logs to TensorBoard and writes a
 checkpoint (model, target model, optimizer, counters, RNG states, replay with priorities, config)
-every ``log.checkpoint_interval`` env steps and when it stops, Ctrl-C included.
+every ``log.checkpoint_interval`` env steps and when it stops, Ctrl-C included. While it writes
+it holds the run folder's lock (:class:`~muzero_gym.run_folder.RunLock`), so a second process
+cannot write the same run, and a checkpoint is never written over with NaN weights.
 """
 
 from __future__ import annotations
@@ -26,23 +28,31 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from muzero_gym.arena import MatchResult, Opponent, play_matches
 from muzero_gym.atari import human_normalized_score
-from muzero_gym.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from muzero_gym.checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    load_checkpoint,
+    resolve_checkpoint_path,
+    save_checkpoint,
+)
 from muzero_gym.config import Config, ConfigError, config_from_dict
-from muzero_gym.environment import make_env, make_vector_env
+from muzero_gym.environment import EnvError, make_env, make_vector_env
 from muzero_gym.envs.opponents import make_opponent
 from muzero_gym.game import Game, ObservationEncoder, stacked_shape
 from muzero_gym.inference import plan
-from muzero_gym.learner import Learner, resolve_device
+from muzero_gym.learner import Learner, TrainingDivergedError, resolve_device
 from muzero_gym.mcts import BatchedMCTS, SearchResult, SearchSettings, select_actions
 from muzero_gym.networks import build_network
 from muzero_gym.progress import Progress
 from muzero_gym.reanalyse import reanalyse
 from muzero_gym.replay import ReplayBuffer
+from muzero_gym.run_folder import RunLock, remove_stale_temp_files
 from muzero_gym.run_log import RunLogger
 from muzero_gym.selfplay import SelfPlay
 from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
@@ -121,6 +131,10 @@ class MuZeroAgent:
         self._metrics: dict[str, list[float]] = collections.defaultdict(list)
         self._recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.last_eval_return: float | None = None
+        self._last_eval: tuple[int, Any] | None = None  # (env steps, result) of the newest
+        # Env steps of the newest checkpoint in run_dir written (or loaded) by this agent.
+        self.saved_env_steps: int | None = None
+        self._run_lock = RunLock(self.run_dir) if self.run_dir is not None else None
         self._acting_simulator: SimulatorSearchAdapter | None = None
 
     # ---- construction helpers --------------------------------------------------------------
@@ -168,16 +182,49 @@ class MuZeroAgent:
 
     # ---- training ---------------------------------------------------------------------------
 
+    def lock_run_dir(self) -> None:
+        """Takes the run folder's lock (a RunFolderError if another process holds it) and
+        removes temporary files a killed run left there. :meth:`learn` does this itself; take
+        it earlier to keep the folder for longer (the command line holds it for the whole run,
+        final evaluation included). Released by :meth:`unlock_run_dir`."""
+        if self._run_lock is None or self._run_lock.held:
+            return
+        self._run_lock.acquire()
+        remove_stale_temp_files(self.run_dir)
+
+    def unlock_run_dir(self) -> None:
+        if self._run_lock is not None:
+            self._run_lock.release()
+
+    def _open_logger(self) -> RunLogger | None:
+        """The run's TensorBoard writer, opened on first use. A run resumed from a checkpoint
+        drops what an earlier process logged after that checkpoint (``purge_step``), so every
+        curve continues from the checkpoint instead of doubling back."""
+        if self.run_dir is not None and self._logger is None:
+            purge_step = self.env_steps + 1 if self.env_steps > 0 else None
+            self._logger = RunLogger(self.run_dir, purge_step=purge_step)
+            if not (self.run_dir / "config.toml").exists():
+                self._logger.write_config(self.config)
+        return self._logger
+
     def learn(self, total_env_steps: int, progress: bool | None = None) -> MuZeroAgent:
         """Self-play and train until ``total_env_steps`` env steps have been taken in total
         (counting the steps of earlier ``learn`` calls and of a resumed checkpoint)."""
+        if total_env_steps < 1:
+            raise ValueError(f"total_env_steps = {total_env_steps}: must be >= 1")
+        locked_here = self._run_lock is not None and not self._run_lock.held
+        self.lock_run_dir()
+        try:
+            self._open_logger()
+            return self._learn(total_env_steps, progress)
+        finally:
+            if locked_here:
+                self.unlock_run_dir()
+
+    def _learn(self, total_env_steps: int, progress: bool | None) -> MuZeroAgent:
         config = self.config
         show = config.log.progress if progress is None else progress
         selfplay = self._start_selfplay()
-        if self.run_dir is not None and self._logger is None:
-            self._logger = RunLogger(self.run_dir)
-            if not (self.run_dir / "config.toml").exists():
-                self._logger.write_config(config)
         bar = Progress(total_env_steps, "env steps", initial=self.env_steps, enabled=show)
         start_time, start_steps = time.perf_counter(), self.env_steps
         start_train = self.training_steps
@@ -193,6 +240,11 @@ class MuZeroAgent:
                     training = learner_thread.submit(self._train_steps, self._take_due_steps())
                 try:
                     stats = selfplay.step(self.training_steps)
+                except BaseException:
+                    # An env that raised mid-step leaves the vector env in an unknown state:
+                    # start afresh next time, so the agent stays usable.
+                    self.close()
+                    raise
                 finally:
                     if training is not None:
                         training.result()
@@ -216,12 +268,13 @@ class MuZeroAgent:
                               self.training_steps - start_train)
                 if config.train.eval_interval and _crossed(before, self.env_steps,
                                                            config.train.eval_interval):
-                    self._evaluate_and_log()
+                    self.evaluate_and_log()
                 if self.run_dir is not None and _crossed(before, self.env_steps,
                                                          config.log.checkpoint_interval):
                     self.save(self.run_dir)
                 recent = np.mean(self._recent_returns) if self._recent_returns else float("nan")
-                fields: dict[str, Any] = {"episodes": self.episodes, "return": f"{recent:.1f}"}
+                label = "first player" if config.env.num_players == 2 else "return"
+                fields: dict[str, Any] = {"episodes": self.episodes, label: f"{recent:.2f}"}
                 if self.last_eval_return is not None:
                     fields["eval"] = f"{self.last_eval_return:.1f}"
                 bar.update(self.env_steps, **fields)
@@ -229,10 +282,12 @@ class MuZeroAgent:
             if learner_thread is not None:
                 learner_thread.shutdown(wait=True)
             bar.close()
-            if self.run_dir is not None:
-                self.save(self.run_dir)
-            if self._logger is not None:
-                self._logger.flush()
+            try:
+                if self.run_dir is not None:
+                    self.save(self.run_dir)
+            finally:
+                if self._logger is not None:
+                    self._logger.flush()
         return self
 
     def _new_simulator(self) -> SimulatorSearchAdapter | None:
@@ -250,7 +305,9 @@ class MuZeroAgent:
             self._selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
                                       self.config.search, self.rng,
                                       simulator=self._new_simulator(),
-                                      split_on_life_loss=self.config.env.life_loss_terminal)
+                                      split_on_life_loss=self.config.env.life_loss_terminal,
+                                      env_id=self.config.env.id,
+                                      non_finite=self.config.env.non_finite)
             self._selfplay.reset(seed=int(self.rng.integers(2**31)))
         return self._selfplay
 
@@ -267,7 +324,8 @@ class MuZeroAgent:
         self.close()
 
     def _log_episode(self, episode_return: float, length: int) -> None:
-        """A whole env episode ended (raw return, however training games were split)."""
+        """A whole env episode ended (raw return, however training games were split; the first
+        player's result in two-player games)."""
         self.episodes += 1
         self._recent_returns.append(episode_return)
         if self._logger is not None:
@@ -325,24 +383,37 @@ class MuZeroAgent:
         self._logger.scalars(values, self.env_steps)
         self._metrics.clear()
 
-    def _evaluate_and_log(self) -> None:
+    def evaluate_and_log(self, progress: bool = False) -> MatchResult | np.ndarray:
+        """The run's evaluation at the current env step, logged to TensorBoard: greedy
+        episodes (``train.eval_episodes``; ``eval/return_mean``, ``eval/hns`` for Atari-100k
+        games), or for two players games against ``train.eval_opponent``
+        (``eval/win_rate``, ``eval/draw_rate``, ``eval/loss_rate``). Returns the episode
+        returns or the match result; a second call at the same env step returns the first
+        one's result."""
+        if self._last_eval is not None and self._last_eval[0] == self.env_steps:
+            return self._last_eval[1]
         train = self.config.train
+        result: MatchResult | np.ndarray
         if self.config.env.num_players == 2:
             opponent = make_opponent(train.eval_opponent, train.eval_opponent_depth,
                                      seed=int(self.rng.integers(2**31)))
-            result = self.play_against(opponent, train.eval_episodes)
+            result = self.play_against(opponent, train.eval_episodes, progress=progress)
             self.last_eval_return = result.win_rate - result.loss_rate
             scalars = {"eval/win_rate": result.win_rate, "eval/draw_rate": result.draw_rate,
                        "eval/loss_rate": result.loss_rate}
         else:
-            self.last_eval_return = float(np.mean(self.evaluate(train.eval_episodes)))
+            result = self.evaluate(train.eval_episodes, progress=progress)
+            self.last_eval_return = float(np.mean(result))
             scalars = {"eval/return_mean": self.last_eval_return}
             hns = human_normalized_score(self.config.env.id, self.last_eval_return)
             if hns is not None:
                 scalars["eval/hns"] = hns
-        if self._logger is not None:
-            self._logger.scalars(scalars, self.env_steps)
-            self._logger.flush()
+        self._last_eval = (self.env_steps, result)
+        logger = self._open_logger()
+        if logger is not None:
+            logger.scalars(scalars, self.env_steps)
+            logger.flush()
+        return result
 
     def play_against(self, opponent: Opponent, num_games: int, seed: int | None = None,
                      agent_seats: tuple[int, ...] = (0, 1), progress: bool = False,
@@ -389,7 +460,14 @@ class MuZeroAgent:
                  seed: int | None = None) -> np.ndarray:
         """Returns of ``num_episodes`` greedy episodes (no noise, temperature 0) on fresh envs.
 
-        Each env plays a fixed share of the episodes, so short episodes are not favoured."""
+        Each env plays a fixed share of the episodes, so short episodes are not favoured. A
+        two-player game has no return of its own (its rewards go to whoever moved last): play
+        it against an opponent with :meth:`play_against`."""
+        if self.config.env.num_players == 2:
+            raise ValueError(
+                f"{self.config.env.id} is a two-player game: evaluate() would return the last "
+                "mover's reward, not a score. Use play_against(opponent, num_games) (muzero-gym "
+                "eval RUN --opponent NAME)")
         if render:
             self.sync_selfplay_weights()
             return self._evaluate_rendered(num_episodes, seed)
@@ -439,22 +517,44 @@ class MuZeroAgent:
                     game.store_search_statistics(result.root_value[0], result.search_policy[0])
                     game.apply(int(result.greedy_actions()[0]))
                 returns.append(float(sum(game.rewards)))
+        except gym.error.DependencyNotInstalled as e:  # rendering needs pygame
+            raise EnvError(f"cannot render {self.config.env.id}: {e}") from None
         finally:
             env.close()
         return np.asarray(returns)
 
     def predict(self, observation: Any, legal_action_mask: np.ndarray | None = None,
-                to_play: int = 0, deterministic: bool = True, state: Any = None) -> int:
+                to_play: int | None = None, deterministic: bool = True, state: Any = None, *,
+                info: dict | None = None, env: gym.Env | None = None) -> int:
         """The action the search picks for one raw env observation (when ``deterministic`` the
         most visited, or the gumbel search's pick; else sampled from the visit counts; with
-        ``search.solver`` a move proven best is taken and one proven lost avoided). With
-        stacked observations the observation is repeated to fill the stack; use a ``Game`` for
-        histories. With ``search.simulator`` on, ``state`` is the env's ``get_state()``."""
+        ``search.solver`` a move proven best is taken and one proven lost avoided)::
+
+            observation, info = env.reset()
+            action = agent.predict(observation, info=info, env=env)
+
+        ``info`` (the env's last info) gives the legal moves (``info["action_mask"]``) and the
+        player to move (``info["to_play"]``) unless ``legal_action_mask`` / ``to_play`` are
+        passed. A true-simulator search (``search.simulator``) starts from the env's real
+        state: pass ``env`` (its ``unwrapped.get_state()`` is read) or that ``state`` itself.
+        With stacked observations the observation is repeated to fill the stack; use a
+        ``Game`` for histories."""
+        info = dict(info or {})
+        if legal_action_mask is not None:
+            info["action_mask"] = legal_action_mask
+        if to_play is not None:
+            info["to_play"] = to_play
+        if state is None and env is not None and self.config.search.simulator:
+            state = env.unwrapped.get_state()
+        if state is None and self.config.search.simulator:
+            raise ValueError(
+                "this agent searches copies of the real game (search.simulator = true): pass "
+                "the env it plays, agent.predict(observation, info=info, env=env), or "
+                "state=env.unwrapped.get_state()")
         game = self.new_game()
-        game.start(observation, {} if legal_action_mask is None
-                   else {"action_mask": legal_action_mask})
+        game.start(observation, info)
         result = self.search_positions(game.make_image()[None], game.legal_action_mask()[None],
-                                       np.array([to_play]),
+                                       np.array([game.to_play()]),
                                        None if state is None else [state])
         if deterministic:
             return int(result.greedy_actions()[0])
@@ -482,14 +582,30 @@ class MuZeroAgent:
         return state
 
     def save(self, path: str | Path, include_replay: bool = True) -> Path:
-        """Writes a checkpoint atomically (a folder gets ``checkpoint.pt``)."""
-        return save_checkpoint(self.state_dict(include_replay), path)
+        """Writes a checkpoint atomically (a folder gets ``checkpoint.pt``). Weights with a NaN
+        or infinite entry are never written (:class:`TrainingDivergedError`): the checkpoint
+        already there stays."""
+        for name, parameter in self.learner.network.named_parameters():
+            if not torch.isfinite(parameter).all():
+                kept = ("" if self.saved_env_steps is None else
+                        f"; the checkpoint of {self.saved_env_steps:,} env steps is kept")
+                raise TrainingDivergedError(
+                    f"not saved: the network's weights hold NaN or infinite values ({name}) "
+                    f"after {self.training_steps:,} learner steps{kept}")
+        written = save_checkpoint(self.state_dict(include_replay), path)
+        if self.run_dir is not None and written == self.run_dir / CHECKPOINT_NAME:
+            self.saved_env_steps = self.env_steps
+        return written
 
     @classmethod
     def load(cls, path: str | Path, run_dir: str | Path | None = None,
-             expect_env_id: str | None = None) -> MuZeroAgent:
+             expect_env_id: str | None = None, trust_env_module: bool = False) -> MuZeroAgent:
         """Rebuilds an agent from a checkpoint file or run folder; the env must still have the
-        same spaces. ``expect_env_id`` turns a checkpoint of another env into an error."""
+        same spaces. ``expect_env_id`` turns a checkpoint of another env into an error.
+
+        A checkpoint never imports code by itself: one whose env id names a module
+        (``module:EnvId``, which Gymnasium imports to make the env) is refused unless the
+        caller names the same id as ``expect_env_id`` or passes ``trust_env_module=True``."""
         state = load_checkpoint(path)
         if state.get("agent_version") != CHECKPOINT_VERSION:
             raise CheckpointError(f"{path} was not written by this version of MuZeroAgent")
@@ -497,6 +613,13 @@ class MuZeroAgent:
             raise CheckpointError(f"checkpoint {path} is for env {state['env_id']!r}, not "
                                   f"{expect_env_id!r}")
         config = config_from_dict(state["config"], preset=state["preset"])
+        env_id = config.env.id
+        if ":" in env_id and not trust_env_module and expect_env_id != env_id:
+            module = env_id.split(":", 1)[0]
+            raise CheckpointError(
+                f"checkpoint {path} plays env {env_id!r}, whose module {module!r} would be "
+                f"imported: name the env to confirm (--env {env_id}) or pass "
+                "--trust-env-module")
         agent = cls(config, run_dir=run_dir)
         if agent.num_actions != state["num_actions"] or list(agent.input_shape) != list(
                 state["input_shape"]):
@@ -505,6 +628,9 @@ class MuZeroAgent:
                 f"{tuple(state['input_shape'])}; env {config.env.id!r} now has "
                 f"{agent.num_actions} actions and inputs of shape {agent.input_shape}")
         agent.load_state_dict(state)
+        if run_dir is not None and resolve_checkpoint_path(path) == Path(run_dir) / \
+                CHECKPOINT_NAME:
+            agent.saved_env_steps = agent.env_steps
         return agent
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

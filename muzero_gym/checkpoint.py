@@ -1,20 +1,22 @@
 """Checkpoint files: atomic writes, tensors and plain data only, safe loading.
 
 A checkpoint is one ``torch.save`` file of nested dicts holding state dicts, tensors, numbers,
-strings and lists. It is written to a temporary file in the same folder and renamed over the old
-one, so a kill at any moment leaves the previous checkpoint intact. It is read with
+strings and lists. It is written to a temporary file in the same folder, fsynced and renamed
+over the old one (:func:`muzero_gym.run_folder.atomic_write`), so a kill at any moment leaves
+the previous checkpoint intact, and a failed write (a full disk, a read-only folder) is one
+:class:`~muzero_gym.run_folder.RunFolderError` saying so. It is read with
 ``torch.load(..., weights_only=True)``, which refuses anything that would run code on load.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from muzero_gym.run_folder import atomic_write, make_run_folder
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
@@ -43,16 +45,11 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     if path.suffix != ".pt":
         path = path / CHECKPOINT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save({"format_version": FORMAT_VERSION, **to_storable(state)}, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    make_run_folder(path.parent)
+    keeps = (f"the previous checkpoint {path.name} is intact" if path.exists()
+             else "no checkpoint was written")
+    storable = {"format_version": FORMAT_VERSION, **to_storable(state)}
+    return atomic_write(path, lambda file: torch.save(storable, file), "checkpoint", keeps)
 
 
 def resolve_checkpoint_path(path: str | Path) -> Path:

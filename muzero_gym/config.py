@@ -6,7 +6,10 @@ a bad value raises :class:`ConfigError` naming the field, the value and what is 
 sections or keys are errors too, so a typo never silently falls back to a default.
 
 Presets are TOML files in ``muzero_gym/agents/presets``; ``load_config("cartpole",
-["search.num_simulations=25"])`` reads one and applies dotted overrides.
+["search.num_simulations=25"])`` reads one and applies dotted overrides. ``load_config`` also
+takes a TOML file's path, or a Gymnasium env id (``Acrobot-v1``, ``ALE/Pong-v5``, or
+``my_module:MyEnv-v0`` for an env that ``my_module`` registers on import), for which it picks
+defaults from the env's spaces (:func:`config_for_env`).
 """
 
 from __future__ import annotations
@@ -142,7 +145,14 @@ class EnvConfig(_Section):
     stack_actions: bool = _field(False, "add the past actions next to the stacked observations")
     num_players: int = _field(1, "1 for single-agent envs, 2 for alternating zero-sum games",
                               low=1, high=2)
-    max_episode_steps: int = _field(0, "time limit on an episode; 0 keeps the env's own", low=0)
+    non_finite: str = _field(
+        "error", "what a NaN or infinite reward or observation from the env does: error (stop "
+        "with a message naming the env, the step and the value) or drop_game (discard the game "
+        "in progress and reset that env)", choices=("error", "drop_game"))
+    max_episode_steps: int = _field(
+        0, "step cap of an episode, reached = truncated; 0 = the env's own limit (its "
+        "registered max_episode_steps; Atari: max_num_frames_per_episode / frameskip), or "
+        "10,000 steps for an env that has none", low=0)
 
 
 @dataclass(frozen=True)
@@ -259,7 +269,7 @@ class TrainConfig(_Section):
     """Targets, optimizer, schedule and target network."""
 
     _name = "train"
-    seed: int = _field(0, "seed of every random generator", low=0)
+    seed: int = _field(0, "seed of every random generator", low=0, high=2**63 - 1)
     discount: float = _field(0.997, "discount of rewards and bootstrap values",
                              low=0.0, high=1.0)
     td_steps: int = _field(10, "n of the n-step value target", low=1)
@@ -339,6 +349,12 @@ class LogConfig(_Section):
     log_interval: int = _field(100, "env steps between TensorBoard scalars", low=1)
     checkpoint_interval: int = _field(10_000, "env steps between checkpoints", low=1)
     progress: bool = _field(True, "show a progress line on the terminal")
+
+    def _check(self) -> None:
+        name = self.run_name
+        if name and (name in (".", "..") or "/" in name or "\\" in name or "\0" in name):
+            raise ConfigError(f"log.run_name = {name!r}: must be a plain folder name (no '/', "
+                              "not '.' or '..')")
 
 
 SECTIONS: dict[str, type] = {
@@ -445,14 +461,14 @@ def list_presets() -> list[str]:
     return sorted(p.stem for p in _preset_dir().glob("*.toml"))
 
 
-def load_config(preset_or_path: str | Path = "cartpole", overrides: Iterable[str] = ()) -> Config:
-    """Reads a preset name or a TOML file path, then applies ``section.key=value`` overrides."""
-    path = Path(preset_or_path)
+def load_config(target: str | Path = "cartpole", overrides: Iterable[str] = ()) -> Config:
+    """Reads a preset name, a TOML file path or (any other name) a Gymnasium env id, then
+    applies ``section.key=value`` overrides (see :func:`config_for_env` for env ids)."""
+    path = Path(target)
     if path.suffix != ".toml":
-        path = _preset_dir() / f"{preset_or_path}.toml"
-        if not path.exists():
-            raise ConfigError(f"unknown preset {str(preset_or_path)!r}; presets are "
-                              f"{', '.join(list_presets())} (or pass a path to a .toml file)")
+        if str(target) not in list_presets():
+            return config_for_env(str(target), overrides)
+        path = _preset_dir() / f"{target}.toml"
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -462,3 +478,29 @@ def load_config(preset_or_path: str | Path = "cartpole", overrides: Iterable[str
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
     config = config_from_dict(data, preset=path.stem)
     return config.replace(overrides)
+
+
+def config_for_env(env_id: str, overrides: Iterable[str] = ()) -> Config:
+    """Defaults for a registered Gymnasium env id, chosen from its spaces: the ``atari100k``
+    preset for ``ALE/`` ids, the ``cartpole`` preset's MLP settings for vector observations,
+    and a small residual network over 4 stacked frames for images. Ids of the form
+    ``module:EnvId`` import ``module`` (from the current folder or PYTHONPATH), which must
+    register ``EnvId``. An id that is none of these is a ConfigError."""
+    from muzero_gym.environment import EnvError, make_env
+    from muzero_gym.game import ObservationEncoder
+
+    if env_id.startswith("ALE/"):
+        config = load_config("atari100k", [f"env.id={env_id}", *overrides])
+        return dataclasses.replace(config, preset="atari100k")
+    base = load_config("cartpole").replace([f"env.id={env_id}"])
+    try:
+        env = make_env(base.env)
+    except EnvError as e:
+        raise ConfigError(f"{env_id!r} is neither a preset ({', '.join(list_presets())}), a "
+                          f".toml file, nor a usable Gymnasium env: {e}") from None
+    is_image = ObservationEncoder(env.observation_space).is_image
+    env.close()
+    if is_image:
+        base = base.replace(["model.kind=resnet_small", "env.num_stacked_observations=4",
+                             "model.value_support_size=300", "model.reward_support_size=300"])
+    return dataclasses.replace(base.replace(overrides), preset="auto")

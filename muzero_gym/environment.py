@@ -2,19 +2,65 @@
 
 ALE ids (``ALE/...``) are registered from ``ale_py`` and muzero_gym's own envs from
 ``muzero_gym.envs`` before ``gymnasium.make`` runs, so every preset's ``env.id`` resolves.
+Ids of the form ``module:EnvId`` import ``module`` first (Gymnasium's convention), which must
+register ``EnvId``.
+
+Every episode has a step cap (:func:`episode_step_limit`), counted as a truncation: an env
+without a time limit of its own, played by a policy that never reaches its end, would otherwise
+keep self-play or an evaluation going forever.
 """
 
 from __future__ import annotations
 
+import importlib
+
 import gymnasium as gym
 
-from muzero_gym.atari import AtariConfigError, is_ale_id, make_ale_env, make_ale_vector_env
+from muzero_gym.atari import (
+    AtariConfigError,
+    ale_settings,
+    is_ale_id,
+    make_ale_env,
+    make_ale_vector_env,
+)
 from muzero_gym.config import EnvConfig
 from muzero_gym.game import SpaceError, check_action_space
+
+DEFAULT_MAX_EPISODE_STEPS = 10_000
 
 
 class EnvError(ValueError):
     """The env cannot be created or is not usable by muzero_gym."""
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id`` (importing ``module`` of ``module:EnvId`` ids)."""
+    register_envs()
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise EnvError(f"cannot import module {module!r} of env id {env_id!r} ({e}); the "
+                           "module must be importable from the current folder or PYTHONPATH "
+                           "and register the env when imported") from None
+    try:
+        return gym.spec(name)
+    except gym.error.Error as e:
+        raise EnvError(f"cannot create env {env_id!r}: {e}") from None
+
+
+def episode_step_limit(config: EnvConfig) -> int:
+    """The step cap of an episode: ``env.max_episode_steps`` if set, else the env's registered
+    ``max_episode_steps``, else :data:`DEFAULT_MAX_EPISODE_STEPS` (ALE ids:
+    ``max_num_frames_per_episode`` / ``frameskip``)."""
+    if config.max_episode_steps > 0:
+        return config.max_episode_steps
+    if config.vectorization == "ale":
+        settings = ale_settings(config)
+        return -(-settings["max_num_frames_per_episode"] // settings["frameskip"])
+    own = env_spec(config.id).max_episode_steps
+    return int(own) if own else DEFAULT_MAX_EPISODE_STEPS
 
 
 def register_envs() -> None:
@@ -37,12 +83,14 @@ def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:
     if config.vectorization == "ale":
         return _checked(_make_ale(config, lambda: make_ale_env(config, render_mode)), True)
     kwargs = dict(config.kwargs)
-    if config.max_episode_steps > 0:
-        kwargs["max_episode_steps"] = config.max_episode_steps
+    kwargs["max_episode_steps"] = episode_step_limit(config)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     try:
         env = gym.make(config.id, **kwargs)
+    except gym.error.DependencyNotInstalled as e:
+        raise EnvError(f"cannot create env {config.id!r}"
+                       f"{' for rendering' if render_mode else ''}: {e}") from None
     except gym.error.Error as e:
         raise EnvError(f"cannot create env {config.id!r}: {e}") from None
     except TypeError as e:
@@ -82,8 +130,7 @@ def make_vector_env(config: EnvConfig, num_envs: int | None = None) -> gym.vecto
         return _checked(_make_ale(config, lambda: make_ale_vector_env(
             config, num_envs or config.num_envs)), False)
     kwargs = dict(config.kwargs)
-    if config.max_episode_steps > 0:
-        kwargs["max_episode_steps"] = config.max_episode_steps
+    kwargs["max_episode_steps"] = episode_step_limit(config)
     try:
         envs = gym.make_vec(
             config.id, num_envs=num_envs or config.num_envs,

@@ -32,6 +32,10 @@ from muzero_gym.replay import Batch
 from muzero_gym.support import scalar_to_support
 
 
+class TrainingDivergedError(RuntimeError):
+    """The loss or the weights became NaN or infinite."""
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` is CUDA when available, else CPU; ``cuda`` without a GPU is an error."""
     if name == "auto":
@@ -157,10 +161,14 @@ class Learner:
         use_amp = self.config.mixed_precision and self.device.type == "cuda"
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
             total, parts, priorities = self.compute_loss(batch)
+        if not torch.isfinite(total):  # stop before the step writes NaN into the weights
+            self._diverged(f"the loss is {float(total.detach())}")
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters(), max_norm)
+        if not torch.isfinite(grad_norm):
+            self._diverged(f"the gradient norm is {float(grad_norm)}")
         self.optimizer.step()
         self.training_step += 1
         if self.training_step % self.config.target_update_interval == 0:
@@ -168,6 +176,11 @@ class Learner:
         return {"total": float(total.detach()), **{k: float(v) for k, v in parts.items()},
                 "lr": lr, "grad_norm": float(grad_norm),
                 "priorities": priorities.float().cpu().numpy()}
+
+    def _diverged(self, what: str) -> None:
+        raise TrainingDivergedError(
+            f"{what} at learner step {self.training_step + 1:,}: training diverged (the "
+            "weights are unchanged; try a smaller train.lr_init or train.max_grad_norm)")
 
     def update_target_network(self) -> None:
         self.target_network.load_state_dict(self.network.state_dict())

@@ -14,8 +14,6 @@ whole buffer, priorities included, round-trips through :meth:`ReplayBuffer.state
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +173,7 @@ class ReplayBuffer:
             raise ValueError("only finished games (terminated or truncated) can be stored")
         if num_positions == 0:
             raise ValueError("cannot store a game with no actions")
+        _check_finite(game)
         if num_positions > self.capacity:
             raise ValueError(f"a game of {num_positions} transitions does not fit in "
                              f"replay.capacity = {self.capacity}; raise the capacity")
@@ -366,17 +365,11 @@ class ReplayBuffer:
         """Writes the buffer atomically (temp file + rename) as tensors for torch.load."""
         import torch
 
-        path = Path(path)
+        from muzero_gym.run_folder import atomic_write
+
         tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray)
                    else v for k, v in self.state_dict().items()}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(tensors, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic_write(path, lambda file: torch.save(tensors, file), "replay buffer")
 
     def load(self, path: str | Path, **game_settings: Any) -> None:
         """Reads a file written by :meth:`save` (``weights_only``: no code runs on load)."""
@@ -385,6 +378,20 @@ class ReplayBuffer:
         state = torch.load(path, weights_only=True)
         self.load_state_dict({k: v.numpy() if isinstance(v, torch.Tensor) else v
                               for k, v in state.items()}, **game_settings)
+
+
+def _check_finite(game: Game) -> None:
+    """Refuses a game with a NaN or infinite reward, search value, policy or observation: one
+    would poison every priority and target computed from it."""
+    arrays = {"reward": np.asarray(game.rewards, dtype=np.float64),
+              "search value": np.asarray(game.root_values, dtype=np.float64),
+              "policy target": np.asarray(game.child_visits, dtype=np.float64),
+              "final value": np.asarray([0.0 if game.final_value is None else game.final_value])}
+    if np.issubdtype(game.encoder.dtype, np.floating):
+        arrays["observation"] = np.asarray(game.observations)
+    for what, values in arrays.items():
+        if not np.isfinite(values).all():
+            raise ValueError(f"cannot store a game with a NaN or infinite {what}")
 
 
 def _concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

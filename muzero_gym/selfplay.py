@@ -52,6 +52,7 @@ class StepStats:
     root_value: float = 0.0  # mean root value of the searched rows
     visit_entropy: float = 0.0  # mean entropy of the root visit distributions
     max_depth: float = 0.0  # mean deepest expansion
+    num_dropped: int = 0  # games dropped for non-finite env data (non_finite = "drop_game")
 
 
 def _row(batch: Any, i: int) -> Any:
@@ -74,6 +75,27 @@ def _info_row(infos: dict, i: int) -> dict:
     return out
 
 
+class NonFiniteEnvData(ValueError):
+    """An env returned a NaN or infinite reward or observation."""
+
+
+def _non_finite_rows(batch: Any, num_envs: int) -> np.ndarray:
+    """[N] bool: rows of a vector env's batched observation with a NaN or infinite entry."""
+    if isinstance(batch, dict):
+        parts = list(batch.values())
+    elif isinstance(batch, tuple):
+        parts = list(batch)
+    else:
+        array = np.asarray(batch)
+        if not np.issubdtype(array.dtype, np.floating):
+            return np.zeros(num_envs, dtype=np.bool_)
+        return ~np.isfinite(array.reshape(num_envs, -1)).all(axis=1)
+    bad = np.zeros(num_envs, dtype=np.bool_)
+    for part in parts:
+        bad |= _non_finite_rows(part, num_envs)
+    return bad
+
+
 def check_autoreset_mode(envs: gym.vector.VectorEnv) -> None:
     """Self-play relies on NEXT_STEP autoreset; other modes would mix episodes silently."""
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
@@ -88,7 +110,8 @@ class SelfPlay:
                  new_game: Callable[[], Game], search_config: SearchConfig,
                  rng: np.random.Generator, add_noise: bool = True, greedy: bool = False,
                  simulator: SimulatorSearchAdapter | None = None,
-                 split_on_life_loss: bool = False):
+                 split_on_life_loss: bool = False, env_id: str = "env",
+                 non_finite: str = "error"):
         check_autoreset_mode(envs)
         self.envs = envs
         self.network = network
@@ -102,6 +125,10 @@ class SelfPlay:
         self.simulator = simulator
         self.adapter = ModelSearchAdapter(network, search.settings.num_simulations)
         self.split_on_life_loss = split_on_life_loss
+        self.env_id = env_id
+        if non_finite not in ("error", "drop_game"):
+            raise ValueError(f"non_finite = {non_finite!r}: use 'error' or 'drop_game'")
+        self.non_finite = non_finite
         self.games: list[Game] = []
         self.pending_reset = np.zeros(self.num_envs, dtype=np.bool_)
         self.lives = np.full(self.num_envs, -1, dtype=np.int64)
@@ -171,34 +198,36 @@ class SelfPlay:
 
         stats = StepStats()
         active = ~self.pending_reset
-        for i in np.flatnonzero(active):
-            games[i].store_search_statistics(result.root_value[i], result.search_policy[i])
+        actions[self.pending_reset] = 0  # ignored by the env: this step resets it
+
+        # The games are written only once the env has stepped: an exception in the env leaves
+        # every game as it was.
+        env_start = time.perf_counter()
+        observations, rewards, terminated, truncated, infos = self.envs.step(actions)
+        self.timings["env"] += time.perf_counter() - env_start
+        poisoned = self._check_finite(rewards, observations, active)
+        lives = self._note_lives(infos)
         for i in np.flatnonzero(self.pending_reset):
             game = games[i]
             if game.truncated:
                 game.set_final_value(result.root_value[i])
             stats.finished.append(game)
-            actions[i] = 0  # ignored by the env: this step resets it
-
-        env_start = time.perf_counter()
-        observations, rewards, terminated, truncated, infos = self.envs.step(actions)
-        self.timings["env"] += time.perf_counter() - env_start
-        lives = self._note_lives(infos)
-        for i in range(self.num_envs):
-            if self.pending_reset[i]:
-                game = self.new_game()
-                game.start(_row(observations, i), _info_row(infos, i))
-                games[i] = game
-                self.pending_reset[i] = False
-                continue
+            games[i] = self.new_game()
+            games[i].start(_row(observations, i), _info_row(infos, i))
+        self.pending_reset[:] = False
+        for i in np.flatnonzero(active & ~poisoned):
             episode_over = bool(terminated[i]) or bool(truncated[i])
             life_lost = (self.split_on_life_loss and not episode_over
                          and 0 <= lives[i] < self.lives[i])
             observation, info = _row(observations, i), _info_row(infos, i)
+            mover = games[i].to_play()
+            games[i].store_search_statistics(result.root_value[i], result.search_policy[i])
             games[i].record_step(int(actions[i]), float(rewards[i]), observation,
                                  bool(terminated[i]) or life_lost, bool(truncated[i]), info)
             stats.num_transitions += 1
-            self.episode_return[i] += float(rewards[i])
+            # Two players: the episode's return is the first player's result.
+            sign = -1.0 if games[i].num_players == 2 and mover != 0 else 1.0
+            self.episode_return[i] += sign * float(rewards[i])
             self.episode_length[i] += 1
             if episode_over:
                 self.pending_reset[i] = True
@@ -210,6 +239,9 @@ class SelfPlay:
                 games[i] = self.new_game()
                 games[i].start(observation, info)
         self.lives[:] = lives
+        if poisoned.any():
+            self._restart(np.flatnonzero(poisoned))
+            stats.num_dropped += int(poisoned.sum())
 
         if active.any():
             policy = result.visit_counts[active] / result.visit_counts[active].sum(
@@ -219,6 +251,37 @@ class SelfPlay:
             stats.visit_entropy = float(entropy.mean())
             stats.max_depth = float(result.max_depth[active].mean())
         return stats
+
+    def _check_finite(self, rewards: np.ndarray, observations: Any,
+                      active: np.ndarray) -> np.ndarray:
+        """[N] bool: envs that returned a NaN or infinite reward or observation this step.
+        An error naming the env, the step and the value, unless ``non_finite = "drop_game"``
+        (then the caller drops those games)."""
+        rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        bad_reward = ~np.isfinite(rewards)
+        bad_observation = _non_finite_rows(observations, self.num_envs)
+        poisoned = (bad_reward | bad_observation) & active
+        if poisoned.any() and self.non_finite == "error":
+            i = int(np.flatnonzero(poisoned)[0])
+            what = (f"reward {rewards[i]}" if bad_reward[i]
+                    else "observation with NaN or infinite entries")
+            raise NonFiniteEnvData(
+                f"env {self.env_id!r} (copy {i} of {self.num_envs}) returned {what} at step "
+                f"{len(self.games[i]) + 1} of an episode: fix the env, or set "
+                "env.non_finite = 'drop_game' to drop such games")
+        return poisoned
+
+    def _restart(self, rows: np.ndarray) -> None:
+        """Drops the games of ``rows`` and resets their envs."""
+        mask = np.zeros(self.num_envs, dtype=np.bool_)
+        mask[rows] = True
+        observations, infos = self.envs.reset(options={"reset_mask": mask})
+        lives = self._note_lives(infos)
+        for i in rows.tolist():
+            self.games[i] = self.new_game()
+            self.games[i].start(_row(observations, i), _info_row(infos, i))
+            self.lives[i] = lives[i]
+            self.episode_return[i], self.episode_length[i] = 0.0, 0
 
     def _choose_actions(self, result, training_step: int) -> np.ndarray:
         if self.greedy:
