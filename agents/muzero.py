@@ -121,7 +121,11 @@ class MuZeroAgent:
                                    num_unroll_steps=train.num_unroll_steps,
                                    td_steps=train.td_steps, discount=train.discount,
                                    reward_clipping=train.reward_clipping,
-                                   search_value_mix=train.search_value_mix)
+                                   search_value_mix=train.search_value_mix,
+                                   encoder=self.encoder,
+                                   num_stacked_observations=config.env.num_stacked_observations,
+                                   stack_actions=config.env.stack_actions,
+                                   num_players=config.env.num_players)
         self.env_steps = 0
         self.episodes = 0
         self._train_credit = 0.0
@@ -136,6 +140,9 @@ class MuZeroAgent:
         self.saved_env_steps: int | None = None
         self._run_lock = RunLock(self.run_dir) if self.run_dir is not None else None
         self._acting_simulator: SimulatorSearchAdapter | None = None
+        # Self-play's games in progress from a checkpoint, continued when self-play starts.
+        self._saved_selfplay: dict[str, Any] | None = None
+        self._games_started = 0  # source ids of self-play's games continue across runs
 
     # ---- construction helpers --------------------------------------------------------------
 
@@ -242,7 +249,8 @@ class MuZeroAgent:
                     stats = selfplay.step(self.training_steps)
                 except BaseException:
                     # An env that raised mid-step leaves the vector env in an unknown state:
-                    # start afresh next time, so the agent stays usable.
+                    # start afresh next time, so the agent stays usable. What was played is
+                    # kept (a step records nothing before its env has stepped).
                     self.close()
                     raise
                 finally:
@@ -252,8 +260,11 @@ class MuZeroAgent:
                 self._metrics["search/root_value"].append(stats.root_value)
                 self._metrics["search/visit_entropy"].append(stats.visit_entropy)
                 self._metrics["search/max_depth"].append(stats.max_depth)
+                for segment in stats.segments:
+                    self.replay.add_segment(segment)
                 for game in stats.finished:
                     self.replay.add_game(game)
+                self.replay.close_running_games(stats.abandoned)
                 for episode_return, length in zip(stats.episode_returns, stats.episode_lengths):
                     self._log_episode(episode_return, length)
                 if len(self.replay) >= config.train.warmup_transitions:
@@ -302,20 +313,40 @@ class MuZeroAgent:
         episodes in progress carry on."""
         if self._selfplay is None:
             envs = make_vector_env(self.config.env)
-            self._selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
-                                      self.config.search, self.rng,
-                                      simulator=self._new_simulator(),
-                                      split_on_life_loss=self.config.env.life_loss_terminal,
-                                      env_id=self.config.env.id,
-                                      non_finite=self.config.env.non_finite)
-            self._selfplay.reset(seed=int(self.rng.integers(2**31)))
+            selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
+                                self.config.search, self.rng, simulator=self._new_simulator(),
+                                split_on_life_loss=self.config.env.life_loss_terminal,
+                                env_id=self.config.env.id, non_finite=self.config.env.non_finite,
+                                segment_length=self.config.replay.segment_length)
+            selfplay.num_games_started = self._games_started
+            selfplay.reset(seed=int(self.rng.integers(2**31)))
+            if self._saved_selfplay is not None:
+                lost = selfplay.load_state_dict(self._saved_selfplay)
+                self.replay.close_running_games(lost)
+                self._saved_selfplay = None
+            self._selfplay = selfplay
         return self._selfplay
 
     def close(self) -> None:
-        """Closes the self-play envs (episodes in progress are dropped)."""
+        """Closes the self-play envs. What their games in progress played stays in the
+        replay, as games truncated there."""
         if self._selfplay is not None:
-            self._selfplay.envs.close()
-            self._selfplay = None
+            selfplay, self._selfplay = self._selfplay, None
+            try:
+                self._flush_selfplay_of(selfplay)
+            finally:
+                selfplay.envs.close()
+
+    def _flush_selfplay_of(self, selfplay: SelfPlay) -> None:
+        """Sends what the games of a self-play being closed played to the replay, and ends
+        them there."""
+        try:
+            for segment in selfplay.flush():
+                self.replay.add_segment(segment)
+        except (RuntimeError, ValueError):
+            pass  # a game left inconsistent by an error: its unsent positions are lost
+        self._games_started = selfplay.num_games_started
+        self.replay.close_running_games([int(s) for s in selfplay.source_ids])
 
     def __enter__(self) -> MuZeroAgent:
         return self
@@ -578,7 +609,18 @@ class MuZeroAgent:
                     "torch": torch.get_rng_state()},
         }
         if include_replay:
+            # Every position played goes with the replay; the games in progress go too where
+            # their envs can be restored (else a resumed run ends them as truncated games).
+            selfplay_state = self._saved_selfplay
+            if self._selfplay is not None:
+                for segment in self._selfplay.flush():
+                    self.replay.add_segment(segment)
+                self._games_started = self._selfplay.num_games_started
+                selfplay_state = self._selfplay.state_dict()
             state["replay"] = self.replay.state_dict()
+            if selfplay_state is not None:
+                state["selfplay"] = selfplay_state
+        state["counters"]["games_started"] = self._games_started
         return state
 
     def save(self, path: str | Path, include_replay: bool = True) -> Path:
@@ -645,6 +687,7 @@ class MuZeroAgent:
         if self.learner_rng is not self.rng and "learner_numpy" in state["rng"]:
             self.learner_rng.bit_generator.state = state["rng"]["learner_numpy"]
         torch.set_rng_state(state["rng"]["torch"])
+        self._games_started = int(counters.get("games_started", 0))
         if "replay" in state:
             replay = {k: v.numpy() if isinstance(v, torch.Tensor) else v
                       for k, v in state["replay"].items()}
@@ -653,6 +696,9 @@ class MuZeroAgent:
                                         num_stacked_observations=env.num_stacked_observations,
                                         stack_actions=env.stack_actions,
                                         num_players=env.num_players)
+            self._saved_selfplay = state.get("selfplay")
+            if self._saved_selfplay is None:  # nothing can continue them
+                self.replay.close_running_games()
 
 
 def _crossed(before: int, after: int, interval: int) -> bool:

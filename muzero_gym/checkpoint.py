@@ -10,6 +10,7 @@ the previous checkpoint intact, and a failed write (a full disk, a read-only fol
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,51 @@ def to_storable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+class UnstorableState(TypeError):
+    """An env state that is not plain data (dataclasses, dicts, lists, arrays, numbers)."""
+
+
+def plain_state(value: Any) -> Any:
+    """An env's ``get_state()`` as plain data a checkpoint can hold: dataclasses become dicts
+    of their fields, tuples lists, numpy scalars numbers; anything else is an UnstorableState.
+    :func:`restore_state` rebuilds it after the pattern of a live env's state, so loading a
+    checkpoint never needs to name (and import) a class."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain_state(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain_state(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_state(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise UnstorableState(f"cannot store an env state holding {type(value).__name__}")
+
+
+def restore_state(plain: Any, like: Any) -> Any:
+    """The inverse of :func:`plain_state`, with ``like`` (a state of the same env) giving the
+    types: its dataclass, tuple and array dtypes."""
+    if isinstance(plain, torch.Tensor):
+        plain = plain.numpy()
+    if dataclasses.is_dataclass(like) and not isinstance(like, type):
+        return type(like)(**{f.name: restore_state(plain[f.name], getattr(like, f.name))
+                             for f in dataclasses.fields(like)})
+    if isinstance(like, dict):
+        return {k: restore_state(v, like.get(k)) for k, v in plain.items()}
+    if isinstance(like, (list, tuple)):
+        items = [restore_state(v, like[i] if i < len(like) else None)
+                 for i, v in enumerate(plain)]
+        return type(like)(items)
+    if isinstance(like, np.ndarray):
+        return np.array(plain, dtype=like.dtype)
+    if isinstance(plain, np.ndarray) and plain.ndim == 0:
+        return plain.item()
+    return plain
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:

@@ -256,7 +256,10 @@ class ReplayConfig(_Section):
     """Replay buffer size and prioritized sampling."""
 
     _name = "replay"
-    capacity: int = _field(100_000, "transitions kept; oldest games are dropped first", low=1)
+    capacity: int = _field(100_000, "transitions kept; the oldest positions leave first", low=1)
+    segment_length: int = _field(
+        200, "positions of a running game self-play sends to the replay at once, so that "
+        "learning starts whatever the games' length; 0 = whole games when they end", low=0)
     prioritized: bool = _field(True, "sample positions by priority instead of uniformly")
     priority_alpha: float = _field(1.0, "priority exponent alpha", low=0.0)
     priority_beta: float = _field(1.0, "importance-weight exponent beta", low=0.0, high=1.0)

@@ -9,7 +9,12 @@ Observations are encoded once, when they arrive, by an :class:`ObservationEncode
 env's observation space: ``Box`` (images kept as [C, H, W] uint8, anything else flattened to
 float32), ``Discrete`` (one-hot), ``MultiBinary`` and ``Tuple``/``Dict`` of those (flattened and
 concatenated). ``make_image(i)`` stacks the last N encoded observations, optionally with the
-actions that led to them, as the model's input.
+actions that led to them, as the model's input; :func:`stack_observations` does the same for
+many states of stored arrays at once (the replay's frames).
+
+A game that self-play hands to the replay in segments is trimmed as it goes
+(:meth:`Game.trim`): it then holds only its newest states, and indices stay those of the whole
+game (``base`` is the first state still held).
 """
 
 from __future__ import annotations
@@ -180,6 +185,7 @@ class Game:
         self.terminated = False
         self.truncated = False
         self.final_value: float | None = None
+        self.base = 0  # index of the first state (and position) still held, see trim()
 
     @classmethod
     def for_env(cls, env: gym.Env, num_stacked_observations: int = 1,
@@ -238,7 +244,7 @@ class Game:
         self.legal_masks.append(mask)
         player = info.get("to_play")
         if player is None:
-            player = len(self.actions) % self.num_players
+            player = len(self) % self.num_players
         self.to_play_history.append(int(player))
 
     def _check_action(self, action: int) -> None:
@@ -267,8 +273,33 @@ class Game:
         return self.terminated or self.truncated
 
     def __len__(self) -> int:
-        """Number of actions taken."""
-        return len(self.actions)
+        """Number of actions taken (in the whole game, trimmed states included)."""
+        return self.base + len(self.actions)
+
+    def _local(self, index: int) -> int:
+        """Position in the held lists of state ``index`` (negative: from the newest)."""
+        if index < 0:
+            return index
+        if index < self.base:
+            raise IndexError(f"state {index} was trimmed from this game (it holds states from "
+                             f"{self.base})")
+        return index - self.base
+
+    def trim(self, keep_from: int) -> None:
+        """Forgets the states and positions before ``keep_from`` (self-play does, once the
+        replay has them), keeping what later states need: call with ``keep_from`` at most the
+        newest state minus ``num_stacked_observations`` to keep the stacks of the held states
+        whole."""
+        drop = keep_from - self.base
+        if drop <= 0:
+            return
+        if keep_from > len(self):
+            raise ValueError(f"cannot trim to state {keep_from}: the game has {len(self)} "
+                             "actions")
+        for values in (self.observations, self.legal_masks, self.to_play_history, self.actions,
+                       self.rewards, self.root_values, self.child_visits):
+            del values[:drop]
+        self.base = keep_from
 
     def terminal(self) -> bool:
         """The reference's name for ``done``."""
@@ -276,14 +307,14 @@ class Game:
 
     def legal_action_mask(self, index: int = -1) -> np.ndarray:
         """[A] bool, True = legal, at state ``index``."""
-        return self.legal_masks[index]
+        return self.legal_masks[self._local(index)]
 
     def legal_actions(self, index: int = -1) -> list[int]:
-        return np.flatnonzero(self.legal_masks[index]).tolist()
+        return np.flatnonzero(self.legal_action_mask(index)).tolist()
 
     def to_play(self, index: int = -1) -> int:
         """Player to move at state ``index``."""
-        return self.to_play_history[index]
+        return self.to_play_history[self._local(index)]
 
     def make_image(self, index: int = -1) -> np.ndarray:
         """Model input at state ``index``: the last N observations (the first repeated before the
@@ -291,13 +322,15 @@ class Game:
         (images: a constant plane of round(255 * (a + 1) / A), 0 before the start; vectors: a
         one-hot of A, zeros before the start; planes: a constant plane of (a + 1) / A)."""
         if index < 0:
-            index += len(self.observations)
-        frames = [self.observations[max(i, 0)]
-                  for i in range(index - self.num_stacked_observations + 1, index + 1)]
+            index += self.base + len(self.observations)
+        first = index - self.num_stacked_observations + 1
+        if max(first, 0) < self.base:
+            raise IndexError(f"the stack of state {index} reaches trimmed states")
+        frames = [self.observations[max(i, 0) - self.base] for i in range(first, index + 1)]
         if not self.stack_actions:
             return np.concatenate(frames, axis=0)
-        previous = [self.actions[i - 1] if i > 0 else -1
-                    for i in range(index - self.num_stacked_observations + 1, index + 1)]
+        previous = [self.actions[i - 1 - self.base] if i > 0 else -1
+                    for i in range(first, index + 1)]
         if self.encoder.is_spatial:
             planes = [np.full((1, *self.encoder.shape[1:]),
                               _action_level(a, self.num_actions, self.encoder.is_image),
@@ -312,6 +345,8 @@ class Game:
     def state_values(self) -> np.ndarray:
         """[T + 1] search value of every state, then the final state's value: 0 after a
         termination, the recorded final value (or the last search value) after a truncation."""
+        if self.base:
+            raise RuntimeError("this game was trimmed; its targets live in the replay")
         if len(self.root_values) != len(self.actions):
             raise RuntimeError(f"{len(self.actions)} actions but {len(self.root_values)} "
                                "searches stored: call store_search_statistics before each action")
@@ -328,3 +363,45 @@ class Game:
             np.asarray(self.rewards), np.asarray(self.to_play_history), self.state_values(),
             np.asarray(self.child_visits).reshape(len(self.child_visits), self.num_actions),
             self.terminated, index, num_unroll_steps, td_steps, discount)
+
+
+def stack_observations(observations: np.ndarray, actions: np.ndarray, base: int,
+                       indices: np.ndarray, encoder: ObservationEncoder,
+                       num_stacked_observations: int, stack_actions: bool,
+                       num_actions: int) -> np.ndarray:
+    """:meth:`Game.make_image` of many states at once: ``observations`` [S, *shape] holds the
+    encoded observations of states ``base .. base + S - 1`` and ``actions`` [>= S - 1] the
+    actions taken in them; returns the model inputs of states ``indices`` [n] (absolute), equal
+    to what ``make_image`` gives."""
+    indices = np.asarray(indices, dtype=np.int64)
+    offsets = np.arange(-num_stacked_observations + 1, 1)
+    states = indices[:, None] + offsets  # [n, N]: the stacked states, oldest first
+    clipped = np.maximum(states, 0)
+    if (clipped < base).any():
+        raise IndexError("a stack reaches states that are no longer held")
+    frames = observations[clipped - base]  # [n, N, *shape]
+    count = indices.shape[0]
+    if encoder.is_spatial:
+        stacked = frames.reshape(count, -1, *encoder.shape[1:])
+    else:
+        stacked = frames.reshape(count, -1)
+    if not stack_actions:
+        return stacked
+    actions = np.asarray(actions, dtype=np.int64)
+    if actions.size == 0:
+        previous = np.full(states.shape, -1, dtype=np.int64)
+    else:
+        previous = np.where(states > 0, actions[np.clip(states - 1 - base, 0, actions.size - 1)],
+                            -1)
+    if encoder.is_spatial:
+        if encoder.is_image:
+            levels = np.where(previous >= 0, np.round(255 * (previous + 1) / num_actions), 0)
+        else:
+            levels = np.where(previous >= 0, (previous + 1) / num_actions, 0.0)
+        planes = np.broadcast_to(levels.astype(encoder.dtype)[:, :, None, None],
+                                 (count, num_stacked_observations, *encoder.shape[1:]))
+        return np.concatenate([stacked, planes], axis=1)
+    one_hots = np.zeros((count, num_stacked_observations, num_actions), dtype=np.float32)
+    rows, cols = np.nonzero(previous >= 0)
+    one_hots[rows, cols, previous[rows, cols]] = 1.0
+    return np.concatenate([stacked, one_hots.reshape(count, -1)], axis=1)

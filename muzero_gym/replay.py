@@ -1,19 +1,34 @@
-"""Replay buffer of finished games, bounded by transitions, with prioritized sampling.
+"""Replay buffer of games, filled by segments of running games, bounded by transitions, with
+prioritized sampling.
 
-Every searched state of a stored game is one *position*; positions sit in a ring of
-``capacity`` slots in insertion order. A new game takes the next ``len(game)`` slots and evicts
-every game it overwrites (whole games leave, oldest first). Sampling picks positions with
-probability ``priority ** alpha / sum`` (or uniformly) and returns importance weights
-``(N * P) ** -beta`` normalised by the largest weight in the batch, so they lie in (0, 1].
+Self-play sends each game in segments (:mod:`muzero_gym.segment`); the buffer keeps one record
+per game, which grows as the game's segments arrive and is closed by its final segment. Every
+position that has its targets is one *sample slot*; slots sit in a ring of ``capacity`` in the
+order their positions arrived, and a new slot evicts the position that held it (always the
+oldest held position of its game, so a game loses its positions from the front). A record keeps
+the observations its held positions need (their frame stacks) and no more, each frame once; a
+finished record with no positions left is dropped.
 
-A position's first priority is ``|search value - n-step value target|`` (MuZero Reanalyze,
-Appendix G); :meth:`ReplayBuffer.update_priorities` replaces it after each learner step. The
-whole buffer, priorities included, round-trips through :meth:`ReplayBuffer.state_dict` /
-:meth:`ReplayBuffer.load_state_dict` and :meth:`ReplayBuffer.save` / :meth:`ReplayBuffer.load`.
+Targets of a running game: a game that has received positions ``0 .. P - 1`` is, for its
+targets, a game truncated after ``P - 1`` actions whose final state is position ``P - 1``: the
+n-step value target of a position whose window reaches past ``P - 1`` bootstraps from the
+stored search value of position ``P - 1`` (the last position the buffer has), and positions
+``0 .. P - 2`` can be sampled. When the next segment arrives, those targets are recomputed with
+the new positions and position ``P - 1`` becomes a sample; once the final segment is in, every
+target equals, exactly, that of the same game stored whole.
+
+Sampling picks slots with probability ``priority ** alpha / sum`` (or uniformly) and returns
+importance weights ``(N * P) ** -beta`` normalised by the largest weight in the batch, so they lie
+in (0, 1]. A position's first priority is ``|search value - n-step value target|`` (MuZero
+Reanalyze, Appendix G); :meth:`ReplayBuffer.update_priorities` replaces it after each learner
+step. The whole buffer, running games and priorities included, round-trips through
+:meth:`ReplayBuffer.state_dict` / :meth:`ReplayBuffer.load_state_dict` and
+:meth:`ReplayBuffer.save` / :meth:`ReplayBuffer.load`.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +37,10 @@ import numpy as np
 
 from muzero_gym import targets
 from muzero_gym.config import ReplayConfig
-from muzero_gym.game import Game, ObservationEncoder
+from muzero_gym.game import Game, ObservationEncoder, stack_observations, stacked_shape
+from muzero_gym.segment import Segment, cut_segment
+
+STATE_FORMAT = 2
 
 
 @dataclass
@@ -57,75 +75,247 @@ class Batch:
     # up to the episode's final state)
 
 
-class _StoredGame:
-    """A finished game with the targets of every position computed once, on insertion.
+class _Rows:
+    """A growable array along its first axis: amortised O(1) appends, O(1) removal of rows
+    from the front (the memory is given back when a quarter or less is still used)."""
 
-    Target arrays cover positions 0 .. T + K (padded past the end as the targets module says),
-    so a sample at position i is the slice [i, i + K + 1] of each. Vector observations are also
-    stacked once (``images``); image observations are stacked when sampled.
-    """
+    __slots__ = ("data", "start", "end")
 
-    __slots__ = ("game", "slots", "parts", "values", "targets", "reward_sum", "bootstrap_scale",
-                 "bootstrap_index", "actions", "images", "legal", "to_play", "nbytes")
+    def __init__(self, shape: tuple[int, ...], dtype: Any):
+        self.data = np.empty((4, *shape), dtype=dtype)
+        self.start = self.end = 0
 
-    def __init__(self, game: Game, slots: np.ndarray, td_steps: int, discount: float,
-                 num_unroll_steps: int, reward_clipping: bool = False,
-                 search_value_mix: float = 0.0):
-        self.game = game
-        self.slots = slots
-        length = len(game)
-        rewards = np.asarray(game.rewards, dtype=np.float64)
-        if reward_clipping:
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[self.start:self.end]
+
+    def _resize(self, capacity: int) -> None:
+        data = np.empty((capacity, *self.data.shape[1:]), dtype=self.data.dtype)
+        size = len(self)
+        data[:size] = self.view
+        self.data, self.start, self.end = data, 0, size
+
+    def extend(self, values: np.ndarray) -> None:
+        count = values.shape[0]
+        if self.end + count > self.data.shape[0]:
+            self._resize(max(4, 2 * (len(self) + count)))
+        self.data[self.end:self.end + count] = values
+        self.end += count
+
+    def drop_front(self, count: int) -> None:
+        self.start += count
+        if len(self) * 4 <= self.data.shape[0] and self.data.shape[0] > 4:
+            self._resize(max(4, 2 * len(self)))
+
+    def drop_back(self, count: int) -> None:
+        self.end -= count
+
+    def shrink(self) -> None:
+        """Gives back the room kept for appends (a finished game grows no more)."""
+        if self.data.shape[0] > len(self):
+            self._resize(max(1, len(self)))
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+
+class _Record:
+    """One game in the buffer (see module doc). Positions and states share indices: position
+    i was played in state i. The held rows start at state/position ``base``; targets are kept
+    for positions from ``targets_base`` on."""
+
+    def __init__(self, record_id: int, source_id: int, base: int, first_slot: int,
+                 replay: ReplayBuffer):
+        num_actions = replay.num_actions
+        encoder = replay.encoder
+        self.record_id = record_id
+        self.source_id = source_id
+        self.replay = replay
+        self.base = base
+        self.observations = _Rows(encoder.shape, encoder.dtype)
+        self.legal = _Rows((num_actions,), np.bool_)
+        self.to_play = _Rows((), np.int64)
+        self.actions = _Rows((), np.int64)
+        self.rewards = _Rows((), np.float64)
+        self.root_values = _Rows((), np.float64)
+        self.policies = _Rows((num_actions,), np.float32)
+        self.closed = self.terminated = self.truncated = False
+        self.final_value: float | None = None
+        self.first_slot = first_slot  # position of slots.view[0]
+        self.slots = _Rows((), np.int64)
+        self.targets_base = base
+        self.values = np.zeros(0)
+        self.unroll: targets.UnrollTargets | None = None
+        self.reward_sum = self.bootstrap_scale = np.zeros(0)
+        self.bootstrap_index = np.zeros(0, dtype=np.int64)
+        self.padded_actions = np.zeros(0, dtype=np.int64)
+
+    # ---- shape of the game ----------------------------------------------------------------
+
+    @property
+    def num_positions(self) -> int:
+        """Positions received (the whole game's count, trimmed ones included)."""
+        return self.base + len(self.actions)
+
+    @property
+    def target_length(self) -> int:
+        """T of the game as its targets see it: the actions of a finished game, one fewer for
+        a running game (its last position stands in for the final state)."""
+        return self.num_positions if self.closed else max(self.num_positions - 1, 0)
+
+    @property
+    def last_state(self) -> int:
+        return self.target_length
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.slots)
+
+    # ---- growing ---------------------------------------------------------------------------
+
+    def append(self, segment: Segment) -> None:
+        """Adds the segment's positions from ``num_positions`` on (its context is already
+        held) and its final state."""
+        skip = self.num_positions - segment.first
+        if skip < 0:
+            raise ValueError(f"segment of game {segment.source_id} starts at position "
+                             f"{segment.start}, but the replay holds up to "
+                             f"{self.num_positions - 1}")
+        self.observations.extend(segment.observations[skip:])
+        self.legal.extend(segment.legal_masks[skip:])
+        self.to_play.extend(segment.to_play[skip:])
+        self.actions.extend(segment.actions[skip:])
+        self.rewards.extend(segment.rewards[skip:])
+        self.root_values.extend(segment.root_values[skip:])
+        self.policies.extend(segment.policies[skip:])
+        final = segment.final
+        if final is not None:
+            self.observations.extend(np.asarray(final.observation)[None])
+            self.legal.extend(np.asarray(final.legal_mask, dtype=np.bool_)[None])
+            self.to_play.extend(np.asarray([final.to_play], dtype=np.int64))
+            self.closed, self.terminated = True, bool(final.terminated)
+            self.truncated = bool(final.truncated) and not self.terminated
+            self.final_value = final.value
+            for rows in self._all_rows():
+                rows.shrink()
+
+    def close_as_truncated(self) -> None:
+        """Ends a running game at its last position, which becomes its final state: the game
+        keeps the targets it had while running (its last position's search value is the
+        final value) and is never continued."""
+        if self.closed or len(self.actions) == 0:
+            self.closed = True
+            return
+        self.final_value = float(self.root_values.view[-1])
+        for rows in (self.actions, self.rewards, self.root_values, self.policies):
+            rows.drop_back(1)
+        self.closed, self.truncated = True, True
+        for rows in self._all_rows():
+            rows.shrink()
+
+    def _all_rows(self) -> list[_Rows]:
+        return [self.observations, self.legal, self.to_play, self.actions, self.rewards,
+                self.root_values, self.policies]
+
+    def compute_targets(self) -> None:
+        """Targets of every held position under the buffer's target settings."""
+        replay = self.replay
+        length = self.target_length - self.base  # held positions with targets
+        rewards = self.rewards.view[:length]
+        if replay.reward_clipping:
             rewards = np.sign(rewards)
-        policies = np.asarray(game.child_visits, dtype=np.float32).reshape(
-            length, game.num_actions)
-        state_values = game.state_values()
-        self.parts = targets.mix_own_values(
-            targets.n_step_parts(rewards, np.asarray(game.to_play_history), game.terminated,
-                                 td_steps, discount), state_values, search_value_mix)
-        self.values = targets.n_step_values(self.parts, state_values)
-        self.targets = targets.unroll_targets(self.values, rewards, policies, game.terminated,
-                                              0, length + num_unroll_steps)
-        pad = num_unroll_steps
-        self.reward_sum = np.concatenate([self.parts.reward_sum, np.zeros(pad)])
-        self.bootstrap_scale = np.concatenate([self.parts.bootstrap_scale, np.zeros(pad)])
-        self.bootstrap_index = np.concatenate([self.parts.bootstrap_index,
-                                               np.full(pad, -1, dtype=np.int64)])
-        self.actions = np.concatenate([np.asarray(game.actions, dtype=np.int64),
-                                       np.full(pad, -1, dtype=np.int64)])
-        self.images = None if game.encoder.is_image else np.stack(
-            [game.make_image(i) for i in range(length + 1)])
-        self.legal = np.stack(game.legal_masks)
-        self.to_play = np.asarray(game.to_play_history, dtype=np.int64)
-        self.nbytes = self._count_bytes()
+        rewards = np.asarray(rewards, dtype=np.float64)
+        to_play = self.to_play.view[:length + 1]
+        if self.closed:
+            final = 0.0
+            if self.truncated:
+                final = self.final_value if self.final_value is not None else (
+                    float(self.root_values.view[-1]) if len(self.root_values) else 0.0)
+            state_values = np.append(self.root_values.view, final)
+        else:
+            state_values = self.root_values.view.astype(np.float64)
+        parts = targets.mix_own_values(
+            targets.n_step_parts(rewards, to_play, self.terminated, replay.td_steps,
+                                 replay.discount), state_values, replay.search_value_mix)
+        self.values = targets.n_step_values(parts, state_values)
+        k = replay.num_unroll_steps
+        self.unroll = targets.unroll_targets(self.values, rewards,
+                                             self.policies.view[:length], self.terminated, 0,
+                                             length + k)
+        self.reward_sum = np.concatenate([parts.reward_sum, np.zeros(k)])
+        self.bootstrap_scale = np.concatenate([parts.bootstrap_scale, np.zeros(k)])
+        index = np.where(parts.bootstrap_index >= 0, parts.bootstrap_index + self.base, -1)
+        self.bootstrap_index = np.concatenate([index, np.full(k, -1, dtype=np.int64)])
+        self.padded_actions = np.concatenate([self.actions.view[:length],
+                                              np.full(k, -1, dtype=np.int64)])
+        self.targets_base = self.base
 
-    def _count_bytes(self) -> int:
-        """Memory held for this game: each observation once, plus the target arrays."""
-        game = self.game
-        arrays = [*game.observations, self.reward_sum, self.bootstrap_scale, self.bootstrap_index,
-                  self.actions, self.legal, self.to_play, self.values, *self.targets]
-        if self.images is not None:
-            arrays.append(self.images)
-        return int(sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
-                   + 8 * (len(game.rewards) + len(game.root_values))
-                   + sum(p.nbytes for p in game.child_visits))
+    def trim(self, first_slot: int) -> None:
+        """Forgets positions before ``first_slot`` (their slots were taken), keeping what the
+        held positions' frame stacks need."""
+        self.slots.drop_front(first_slot - self.first_slot)
+        self.first_slot = first_slot
+        keep_from = max(self.base, first_slot - self.replay.num_stacked_observations)
+        drop = keep_from - self.base
+        if drop <= 0:
+            return
+        for rows in self._all_rows():
+            rows.drop_front(drop)
+        self.base = keep_from
 
-    def image(self, index: int) -> np.ndarray:
-        return self.images[index] if self.images is not None else self.game.make_image(index)
+    # ---- reading ---------------------------------------------------------------------------
 
-    def stacked_images(self, indices: np.ndarray) -> np.ndarray:
-        """Model inputs of several states [n, ...]."""
-        if self.images is not None:
-            return self.images[indices]
-        return np.stack([self.game.make_image(int(i)) for i in indices])
+    def images(self, states: np.ndarray) -> np.ndarray:
+        """Model inputs of ``states`` [n] (absolute indices)."""
+        replay = self.replay
+        return stack_observations(self.observations.view, self.actions.view, self.base, states,
+                                  replay.encoder, replay.num_stacked_observations,
+                                  replay.stack_actions, replay.num_actions)
+
+    def initial_priorities(self, positions: np.ndarray) -> np.ndarray:
+        local = positions - self.targets_base
+        return np.abs(self.root_values.view[positions - self.base] - self.values[local])
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.values, self.reward_sum, self.bootstrap_scale, self.bootstrap_index,
+                  self.padded_actions, *(self.unroll or ())]
+        return (sum(rows.nbytes for rows in self._all_rows()) + self.slots.nbytes
+                + sum(a.nbytes for a in arrays))
+
+    def to_game(self) -> Game:
+        """The held part of the game as a :class:`Game` (``base`` set if trimmed)."""
+        replay = self.replay
+        game = Game(replay.num_actions, replay.encoder, replay.num_stacked_observations,
+                    replay.stack_actions, replay.num_players)
+        game.base = self.base
+        game.observations = list(self.observations.view.copy())
+        game.legal_masks = list(self.legal.view.copy())
+        game.to_play_history = self.to_play.view.tolist()
+        game.actions = self.actions.view.tolist()
+        game.rewards = self.rewards.view.tolist()
+        game.root_values = self.root_values.view.tolist()
+        game.child_visits = list(self.policies.view.copy())
+        game.terminated, game.truncated = self.terminated, self.truncated
+        game.final_value = self.final_value
+        return game
 
 
 class ReplayBuffer:
-    """Finished games, sampled by position for training (see module doc)."""
+    """Games sent in segments, sampled by position for training (see module doc).
+
+    ``encoder``, ``num_stacked_observations``, ``stack_actions`` and ``num_players`` describe
+    the observations (they default to what the first stored game says)."""
 
     def __init__(self, config: ReplayConfig, *, num_actions: int, num_unroll_steps: int,
                  td_steps: int, discount: float, reward_clipping: bool = False,
-                 search_value_mix: float = 0.0):
+                 search_value_mix: float = 0.0, encoder: ObservationEncoder | None = None,
+                 num_stacked_observations: int = 1, stack_actions: bool = False,
+                 num_players: int = 1):
         self.config = config
         self.reward_clipping = reward_clipping
         self.search_value_mix = search_value_mix
@@ -133,16 +323,25 @@ class ReplayBuffer:
         self.num_unroll_steps = num_unroll_steps
         self.td_steps = td_steps
         self.discount = discount
+        self.encoder = encoder
+        self.num_stacked_observations = num_stacked_observations
+        self.stack_actions = stack_actions
+        self.num_players = num_players
         capacity = config.capacity
         self._slot_game = np.full(capacity, -1, dtype=np.int64)
         self._slot_step = np.zeros(capacity, dtype=np.int64)
         self._priority = np.zeros(capacity, dtype=np.float64)
-        self._games: dict[int, _StoredGame] = {}
+        # The slot's priority is still the first one, |search value - target|: recomputed when
+        # later positions of a running game change the target.
+        self._fresh = np.zeros(capacity, dtype=np.bool_)
+        self._records: dict[int, _Record] = {}
+        self._running: dict[int, int] = {}  # source id -> record id of running games
         self._cursor = 0
+        self._size = 0
         self._next_game_id = 0
-        self._max_priority = 1.0
-        self.num_games_added = 0
-        self.num_transitions_added = 0
+        self._standalone_ids = itertools.count(-1, -1)  # source ids of add_game's games
+        self.num_games_added = 0  # games finished in the buffer
+        self.num_transitions_added = 0  # positions received
 
     # ---- adding ---------------------------------------------------------------------------
 
@@ -151,65 +350,154 @@ class ReplayBuffer:
         return self._slot_game.shape[0]
 
     def __len__(self) -> int:
-        """Positions (transitions) stored now."""
-        return int((self._slot_game >= 0).sum())
+        """Positions that can be sampled now (transitions)."""
+        return self._size
 
     @property
     def num_games(self) -> int:
-        return len(self._games)
+        """Games (finished or running) with positions held."""
+        return len(self._records)
+
+    def running_games(self) -> list[int]:
+        """Source ids of the games still running (their final segment has not arrived)."""
+        return sorted(self._running)
 
     def nbytes(self) -> int:
-        """Bytes held by the buffer: stored games (each observation once, targets) and the
-        slot tables."""
+        """Bytes held by the buffer: games (each observation once, targets) and slot tables."""
         tables = self._slot_game.nbytes + self._slot_step.nbytes + self._priority.nbytes
-        return tables + sum(stored.nbytes for stored in self._games.values())
+        return tables + sum(record.nbytes for record in self._records.values())
 
     def add_game(self, game: Game, priorities: np.ndarray | None = None) -> int:
-        """Stores a finished game; returns its id. Default priorities are |search value -
+        """Stores a finished game whole; returns its id. Default priorities are |search value -
         value target| of each position. Value targets are computed here, so a truncated
         game's ``set_final_value`` must come before this call."""
-        num_positions = len(game)
         if not game.done:
             raise ValueError("only finished games (terminated or truncated) can be stored")
-        if num_positions == 0:
+        if len(game) == 0:
             raise ValueError("cannot store a game with no actions")
-        _check_finite(game)
-        if num_positions > self.capacity:
-            raise ValueError(f"a game of {num_positions} transitions does not fit in "
+        if game.base:
+            raise ValueError("a trimmed game is sent in segments, not stored whole")
+        if self.encoder is None:
+            self.encoder = game.encoder
+            self.num_stacked_observations = game.num_stacked_observations
+            self.stack_actions = game.stack_actions
+            self.num_players = game.num_players
+        return self.add_segment(cut_segment(game, next(self._standalone_ids), 0, 0, final=True),
+                                priorities)
+
+    def add_segment(self, segment: Segment, priorities: np.ndarray | None = None) -> int:
+        """Adds a segment of a game (see module doc); returns the game's id. ``priorities``
+        (default |search value - value target|) are those of the positions that become
+        samples."""
+        _check_finite(segment)
+        if self.encoder is None:
+            raise ValueError("this buffer needs the observation encoder (encoder=...)")
+        record_id = self._running.get(segment.source_id)
+        record = self._records.get(record_id) if record_id is not None else None
+        if record is not None and record.num_positions < segment.start:
+            # positions between are missing (lost with a worker): the old part ends here
+            self._close(record)
+            record = None
+        if record is None:
+            record = _Record(self._next_game_id, segment.source_id, segment.first,
+                             segment.start, self)
+            self._next_game_id += 1
+            self._records[record.record_id] = record
+            self._running[segment.source_id] = record.record_id
+        if record.num_positions > segment.end and segment.final is None:
+            return record.record_id  # nothing new
+        held, targets_before = record.num_positions, record.target_length
+        record.append(segment)
+        self.num_transitions_added += record.num_positions - held
+        record.compute_targets()
+        self._refresh_priorities(record, targets_before)
+        if record.closed:
+            self._running.pop(record.source_id, None)
+            self.num_games_added += 1
+        new = np.arange(record.first_slot + record.num_slots, record.target_length)
+        if new.size > self.capacity:
+            raise ValueError(f"a segment of {new.size} positions does not fit in "
                              f"replay.capacity = {self.capacity}; raise the capacity")
-        slots = (self._cursor + np.arange(num_positions)) % self.capacity
-        for game_id in np.unique(self._slot_game[slots]):
-            if game_id >= 0:
-                self._evict(int(game_id))
-        game_id = self._next_game_id
-        self._next_game_id += 1
-        stored = self._games[game_id] = self._stored_game(game, slots)
+        fresh = priorities is None
         if priorities is None:
-            priorities = np.abs(np.asarray(game.root_values) - stored.values[:-1])
+            priorities = record.initial_priorities(new)
         priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        if priorities.shape[0] != num_positions:
-            raise ValueError(f"{priorities.shape[0]} priorities for {num_positions} positions")
-        self._slot_game[slots] = game_id
-        self._slot_step[slots] = np.arange(num_positions)
+        if priorities.shape[0] != new.size:
+            raise ValueError(f"{priorities.shape[0]} priorities for {new.size} positions")
+        if new.size:
+            self._store(record, new, priorities, fresh)
+        if record.closed and record.num_slots == 0:
+            self._drop(record)
+        return record.record_id
+
+    def _refresh_priorities(self, record: _Record, targets_before: int) -> None:
+        """First priorities of the positions whose value targets reached past the game's
+        previous end (and so changed), where the learner has not set them since."""
+        first = max(record.first_slot, targets_before - self.td_steps)
+        positions = np.arange(first, min(targets_before, record.first_slot + record.num_slots))
+        if positions.size == 0:
+            return
+        slots = record.slots.view[positions - record.first_slot]
+        fresh = self._fresh[slots]
+        self._priority[slots[fresh]] = (record.initial_priorities(positions[fresh])
+                                        + self.config.priority_epsilon)
+
+    def _store(self, record: _Record, positions: np.ndarray, priorities: np.ndarray,
+               fresh: bool) -> None:
+        slots = (self._cursor + np.arange(positions.size)) % self.capacity
+        owners = self._slot_game[slots]
+        for owner_id in np.unique(owners[owners >= 0]).tolist():
+            owner = self._records[owner_id]
+            last = int(self._slot_step[slots][owners == owner_id].max())
+            self._evict(owner, last + 1, may_drop=owner is not record)
+        record.slots.extend(slots)
+        self._slot_game[slots] = record.record_id
+        self._slot_step[slots] = positions
         self._priority[slots] = priorities + self.config.priority_epsilon
-        self._cursor = int((self._cursor + num_positions) % self.capacity)
+        self._fresh[slots] = fresh
+        self._cursor = int((self._cursor + positions.size) % self.capacity)
+        self._size += positions.size
+
+    def _evict(self, record: _Record, first_kept: int, may_drop: bool = True) -> None:
+        """The positions of ``record`` before ``first_kept`` lose their slots."""
+        count = first_kept - record.first_slot
+        if count <= 0:
+            return
+        gone = record.slots.view[:count]
+        self._slot_game[gone] = -1
+        self._priority[gone] = 0.0
+        self._size -= count
+        record.trim(first_kept)
+        if may_drop and record.closed and record.num_slots == 0:
+            self._drop(record)
+
+    def _drop(self, record: _Record) -> None:
+        self._records.pop(record.record_id, None)
+        if self._running.get(record.source_id) == record.record_id:
+            del self._running[record.source_id]
+
+    def _close(self, record: _Record) -> None:
+        record.close_as_truncated()  # its last position never had a slot: none is lost
+        self._running.pop(record.source_id, None)
+        record.compute_targets()
         self.num_games_added += 1
-        self.num_transitions_added += num_positions
-        return game_id
+        if record.num_slots == 0:
+            self._drop(record)
 
-    def _stored_game(self, game: Game, slots: np.ndarray) -> _StoredGame:
-        """``game`` in ``slots`` with its targets under this buffer's target settings."""
-        return _StoredGame(game, slots, self.td_steps, self.discount, self.num_unroll_steps,
-                           self.reward_clipping, self.search_value_mix)
-
-    def _evict(self, game_id: int) -> None:
-        stored = self._games.pop(game_id)
-        self._slot_game[stored.slots] = -1
-        self._priority[stored.slots] = 0.0
+    def close_running_games(self, source_ids: list[int] | None = None) -> int:
+        """Ends running games (all, or those of ``source_ids``) at their last position, as
+        truncated games whose final value is that position's search value: for games that
+        will never be continued (a run resumed without its envs' states, a lost worker).
+        Returns how many were closed."""
+        chosen = list(self._running) if source_ids is None else [
+            s for s in source_ids if s in self._running]
+        for source_id in chosen:
+            self._close(self._records[self._running[source_id]])
+        return len(chosen)
 
     def games(self) -> list[Game]:
-        """Stored games, oldest first."""
-        return [self._games[k].game for k in sorted(self._games)]
+        """The held part of every game, oldest first, as :class:`Game` objects."""
+        return [self._records[k].to_game() for k in sorted(self._records)]
 
     # ---- sampling -------------------------------------------------------------------------
 
@@ -238,14 +526,15 @@ class ReplayBuffer:
         game_ids = self._slot_game[slots]
         steps = self._slot_step[slots]
         k = self.num_unroll_steps
-        stored = [self._games[int(g)] for g in game_ids]
-        window = [slice(int(i), int(i) + k + 1) for i in steps]
-        unroll = [g.targets for g in stored]
-        actions = np.stack([g.actions[int(i):int(i) + k] for g, i in zip(stored, steps)])
+        records = [self._records[int(g)] for g in game_ids]
+        local = [int(p) - r.targets_base for r, p in zip(records, steps)]
+        window = [slice(i, i + k + 1) for i in local]
+        unroll = [r.unroll for r in records]
+        actions = np.stack([r.padded_actions[i:i + k] for r, i in zip(records, local)])
         past_end = actions < 0
         actions[past_end] = rng.integers(0, self.num_actions, size=int(past_end.sum()))
         batch = Batch(
-            observations=np.stack([g.image(int(i)) for g, i in zip(stored, steps)]),
+            observations=self._images(records, steps),
             actions=actions,
             target_value=np.stack([t.value[w] for t, w in zip(unroll, window)]),
             target_reward=np.stack([t.reward[w] for t, w in zip(unroll, window)]),
@@ -253,30 +542,44 @@ class ReplayBuffer:
             value_mask=np.stack([t.value_mask[w] for t, w in zip(unroll, window)]),
             policy_mask=np.stack([t.policy_mask[w] for t, w in zip(unroll, window)]),
             weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
-            reward_sum=np.stack([g.reward_sum[w] for g, w in zip(stored, window)]),
-            bootstrap_scale=np.stack([g.bootstrap_scale[w] for g, w in zip(stored, window)]))
+            reward_sum=np.stack([r.reward_sum[w] for r, w in zip(records, window)]),
+            bootstrap_scale=np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)]))
         if with_bootstrap_inputs:
-            boot = np.stack([g.bootstrap_index[w] for g, w in zip(stored, window)])
-            batch.bootstrap = self._search_inputs(stored, boot, boot >= 0)
+            boot = np.stack([r.bootstrap_index[w] for r, w in zip(records, window)])
+            batch.bootstrap = self._search_inputs(records, boot, boot >= 0)
         if with_unrolled_inputs:
             index = steps[:, None] + np.arange(k + 1)
-            lengths = np.array([len(g.game) for g in stored])[:, None]
-            batch.unrolled = self._search_inputs(stored, index, index <= lengths)
+            last = np.array([r.last_state for r in records])[:, None]
+            batch.unrolled = self._search_inputs(records, index, index <= last)
         return batch
 
-    def _search_inputs(self, stored: list[_StoredGame], index: np.ndarray,
+    def _images(self, records: list[_Record], states: np.ndarray) -> np.ndarray:
+        """Model inputs of ``states[b]`` of ``records[b]``, one stacking call per game."""
+        out = None
+        by_record: dict[int, list[int]] = {}
+        for b, record in enumerate(records):
+            by_record.setdefault(record.record_id, []).append(b)
+        for rows in by_record.values():
+            images = records[rows[0]].images(states[rows])
+            if out is None:
+                out = np.empty((len(records), *images.shape[1:]), dtype=images.dtype)
+            out[rows] = images
+        return out
+
+    def _search_inputs(self, records: list[_Record], index: np.ndarray,
                        valid: np.ndarray) -> SearchInputs:
-        """Inputs of state ``index[b, k]`` of game ``stored[b]`` where ``valid``."""
-        first = stored[0].image(0)
-        observations = np.zeros((*index.shape, *first.shape), dtype=first.dtype)
+        """Inputs of state ``index[b, k]`` of game ``records[b]`` where ``valid``."""
+        shape = stacked_shape(self.encoder, self.num_stacked_observations, self.stack_actions,
+                              self.num_actions)
+        observations = np.zeros((*index.shape, *shape), dtype=self.encoder.dtype)
         legal = np.ones((*index.shape, self.num_actions), dtype=np.bool_)
         to_play = np.zeros(index.shape, dtype=np.int64)
-        for b in np.flatnonzero(valid.any(axis=1)):
-            rows = valid[b]
-            states = index[b, rows]
-            observations[b, rows] = stored[b].stacked_images(states)
-            legal[b, rows] = stored[b].legal[states]
-            to_play[b, rows] = stored[b].to_play[states]
+        for b in np.flatnonzero(valid.any(axis=1)).tolist():
+            record, cols = records[b], np.flatnonzero(valid[b])
+            states = index[b, cols]
+            observations[b, cols] = record.images(states)
+            legal[b, cols] = record.legal.view[states - record.base]
+            to_play[b, cols] = record.to_play.view[states - record.base]
         legal[~legal.any(axis=-1)] = True  # final states may have no legal action
         return SearchInputs(observations, legal, to_play, valid.astype(np.bool_))
 
@@ -289,6 +592,7 @@ class ReplayBuffer:
         if not np.all(np.isfinite(values)):
             raise ValueError("priorities must be finite")
         self._priority[slots[still_there]] = values[still_there] + self.config.priority_epsilon
+        self._fresh[slots[still_there]] = False
 
     def priorities(self) -> np.ndarray:
         """Priority of every slot [capacity] (0 for empty slots)."""
@@ -297,65 +601,96 @@ class ReplayBuffer:
     # ---- saving ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to rebuild the buffer: numpy arrays and plain numbers only."""
-        ids = sorted(self._games)
-        games = [self._games[i].game for i in ids]
-        final = [np.nan if g.final_value is None else g.final_value for g in games]
+        """Everything needed to rebuild the buffer, running games and how they continue
+        included: numpy arrays and plain numbers only."""
+        ids = sorted(self._records)
+        records = [self._records[i] for i in ids]
+        final = [np.nan if r.final_value is None else r.final_value for r in records]
+
+        def joined(name: str, dtype: Any, shape: tuple[int, ...] = ()) -> np.ndarray:
+            parts = [getattr(r, name).view for r in records]
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
+                (0, *shape), dtype=dtype)
+
+        observations = [r.observations.view for r in records]
         return {
+            "format": STATE_FORMAT,
             "capacity": self.capacity, "cursor": self._cursor,
             "next_game_id": self._next_game_id, "num_games_added": self.num_games_added,
             "num_transitions_added": self.num_transitions_added,
             "slot_game": self._slot_game.copy(), "slot_step": self._slot_step.copy(),
-            "priority": self._priority.copy(),
+            "priority": self._priority.copy(), "fresh": self._fresh.copy(),
             "game_ids": np.asarray(ids, dtype=np.int64),
-            "game_lengths": np.asarray([len(g) for g in games], dtype=np.int64),
-            "game_slots": _concat([self._games[i].slots for i in ids], np.int64),
-            "observations": _concat([np.stack(g.observations) for g in games], None),
-            "actions": _concat([np.asarray(g.actions) for g in games], np.int64),
-            "rewards": _concat([np.asarray(g.rewards) for g in games], np.float64),
-            "root_values": _concat([np.asarray(g.root_values) for g in games], np.float64),
-            "child_visits": _concat([np.asarray(g.child_visits, dtype=np.float32).reshape(
-                len(g), self.num_actions) for g in games], np.float32),
-            "to_play": _concat([np.asarray(g.to_play_history) for g in games], np.int64),
-            "legal_masks": _concat([np.stack(g.legal_masks) for g in games], np.bool_),
-            "terminated": np.asarray([g.terminated for g in games], dtype=np.bool_),
-            "truncated": np.asarray([g.truncated for g in games], dtype=np.bool_),
+            "source_ids": np.asarray([r.source_id for r in records], dtype=np.int64),
+            "bases": np.asarray([r.base for r in records], dtype=np.int64),
+            "first_slots": np.asarray([r.first_slot for r in records], dtype=np.int64),
+            "num_slots": np.asarray([r.num_slots for r in records], dtype=np.int64),
+            "num_held_positions": np.asarray([len(r.actions) for r in records], dtype=np.int64),
+            "num_held_states": np.asarray([len(r.to_play) for r in records], dtype=np.int64),
+            "closed": np.asarray([r.closed for r in records], dtype=np.bool_),
+            "terminated": np.asarray([r.terminated for r in records], dtype=np.bool_),
+            "truncated": np.asarray([r.truncated for r in records], dtype=np.bool_),
             "final_value": np.asarray(final, dtype=np.float64),
+            "slots": joined("slots", np.int64),
+            "observations": (np.concatenate(observations) if observations else np.zeros(0)),
+            "legal_masks": joined("legal", np.bool_, (self.num_actions,)),
+            "to_play": joined("to_play", np.int64),
+            "actions": joined("actions", np.int64),
+            "rewards": joined("rewards", np.float64),
+            "root_values": joined("root_values", np.float64),
+            "child_visits": joined("policies", np.float32, (self.num_actions,)),
         }
 
     def load_state_dict(self, state: dict[str, Any], *, encoder: ObservationEncoder,
                         num_stacked_observations: int = 1, stack_actions: bool = False,
                         num_players: int = 1) -> None:
-        """Restores a buffer saved by :meth:`state_dict` (games are rebuilt with these
-        observation settings)."""
+        """Restores a buffer saved by :meth:`state_dict` (or by the whole-game buffer of
+        earlier versions), with these observation settings."""
         if int(state["capacity"]) != self.capacity:
             raise ValueError(f"saved replay has capacity {int(state['capacity'])}, this buffer "
                              f"{self.capacity}")
-        self._games.clear()
-        lengths = np.asarray(state["game_lengths"])
-        action_end = np.cumsum(lengths)
-        state_end = np.cumsum(lengths + 1)
-        for n, game_id in enumerate(np.asarray(state["game_ids"]).tolist()):
-            a0, a1 = action_end[n] - lengths[n], action_end[n]
-            s0, s1 = state_end[n] - lengths[n] - 1, state_end[n]
-            game = Game(self.num_actions, encoder, num_stacked_observations, stack_actions,
-                        num_players)
-            game.observations = list(np.asarray(state["observations"])[s0:s1])
-            game.actions = np.asarray(state["actions"])[a0:a1].tolist()
-            game.rewards = np.asarray(state["rewards"])[a0:a1].tolist()
-            game.root_values = np.asarray(state["root_values"])[a0:a1].tolist()
-            game.child_visits = list(np.asarray(state["child_visits"])[a0:a1])
-            game.to_play_history = np.asarray(state["to_play"])[s0:s1].tolist()
-            game.legal_masks = list(np.asarray(state["legal_masks"])[s0:s1])
-            game.terminated = bool(state["terminated"][n])
-            game.truncated = bool(state["truncated"][n])
+        self.encoder = encoder
+        self.num_stacked_observations = num_stacked_observations
+        self.stack_actions = stack_actions
+        self.num_players = num_players
+        if int(state.get("format", 1)) == 1:
+            state = _whole_games_as_records(state)
+        self._records.clear()
+        self._running.clear()
+        held_positions = np.asarray(state["num_held_positions"])
+        held_states = np.asarray(state["num_held_states"])
+        num_slots = np.asarray(state["num_slots"])
+        ends = {name: np.cumsum(counts) for name, counts in (
+            ("positions", held_positions), ("states", held_states), ("slots", num_slots))}
+        for n, record_id in enumerate(np.asarray(state["game_ids"]).tolist()):
+            record = _Record(record_id, int(state["source_ids"][n]), int(state["bases"][n]),
+                             int(state["first_slots"][n]), self)
+            p1, s1, q1 = (int(ends[name][n]) for name in ("positions", "states", "slots"))
+            p0, s0, q0 = p1 - int(held_positions[n]), s1 - int(held_states[n]), \
+                q1 - int(num_slots[n])
+            record.observations.extend(np.asarray(state["observations"])[s0:s1])
+            record.legal.extend(np.asarray(state["legal_masks"])[s0:s1])
+            record.to_play.extend(np.asarray(state["to_play"])[s0:s1])
+            record.actions.extend(np.asarray(state["actions"])[p0:p1])
+            record.rewards.extend(np.asarray(state["rewards"])[p0:p1])
+            record.root_values.extend(np.asarray(state["root_values"])[p0:p1])
+            record.policies.extend(np.asarray(state["child_visits"])[p0:p1])
+            record.slots.extend(np.asarray(state["slots"])[q0:q1])
+            record.closed = bool(state["closed"][n])
+            record.terminated = bool(state["terminated"][n])
+            record.truncated = bool(state["truncated"][n])
             final = float(state["final_value"][n])
-            game.final_value = None if np.isnan(final) else final
-            slots = np.asarray(state["game_slots"])[a0:a1]
-            self._games[game_id] = self._stored_game(game, slots)
+            record.final_value = None if np.isnan(final) else final
+            record.compute_targets()
+            self._records[record_id] = record
+            if not record.closed:
+                self._running[record.source_id] = record_id
         self._slot_game = np.asarray(state["slot_game"], dtype=np.int64).copy()
         self._slot_step = np.asarray(state["slot_step"], dtype=np.int64).copy()
         self._priority = np.asarray(state["priority"], dtype=np.float64).copy()
+        self._fresh = np.asarray(state.get("fresh", np.zeros(self.capacity)),
+                                 dtype=np.bool_).copy()
+        self._size = int((self._slot_game >= 0).sum())
         self._cursor = int(state["cursor"])
         self._next_game_id = int(state["next_game_id"])
         self.num_games_added = int(state["num_games_added"])
@@ -380,21 +715,28 @@ class ReplayBuffer:
                               for k, v in state.items()}, **game_settings)
 
 
-def _check_finite(game: Game) -> None:
-    """Refuses a game with a NaN or infinite reward, search value, policy or observation: one
-    would poison every priority and target computed from it."""
-    arrays = {"reward": np.asarray(game.rewards, dtype=np.float64),
-              "search value": np.asarray(game.root_values, dtype=np.float64),
-              "policy target": np.asarray(game.child_visits, dtype=np.float64),
-              "final value": np.asarray([0.0 if game.final_value is None else game.final_value])}
-    if np.issubdtype(game.encoder.dtype, np.floating):
-        arrays["observation"] = np.asarray(game.observations)
+def _whole_games_as_records(state: dict[str, Any]) -> dict[str, Any]:
+    """A saved buffer of the first format (finished games only, stored whole) in this one's."""
+    lengths = np.asarray(state["game_lengths"], dtype=np.int64)
+    count = lengths.shape[0]
+    return {**state, "source_ids": -1 - np.arange(count), "bases": np.zeros(count, np.int64),
+            "first_slots": np.zeros(count, np.int64), "num_slots": lengths,
+            "num_held_positions": lengths, "num_held_states": lengths + 1,
+            "closed": np.ones(count, np.bool_), "slots": state["game_slots"]}
+
+
+def _check_finite(segment: Segment) -> None:
+    """Refuses a segment with a NaN or infinite reward, search value, policy or observation:
+    one would poison every priority and target computed from it."""
+    final = segment.final
+    arrays = {"reward": segment.rewards, "search value": segment.root_values,
+              "policy target": segment.policies,
+              "final value": np.asarray([0.0 if final is None or final.value is None
+                                         else final.value])}
+    if np.issubdtype(segment.observations.dtype, np.floating):
+        arrays["observation"] = segment.observations
+        if final is not None:
+            arrays["final observation"] = np.asarray(final.observation)
     for what, values in arrays.items():
         if not np.isfinite(values).all():
             raise ValueError(f"cannot store a game with a NaN or infinite {what}")
-
-
-def _concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    if not parts:
-        return np.zeros(0, dtype=dtype or np.float32)
-    return np.concatenate(parts).astype(dtype or parts[0].dtype, copy=False)

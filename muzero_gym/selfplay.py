@@ -15,6 +15,16 @@ drops and the game goes on, the current game ends as terminated (so its value ta
 there) and a new one starts from the same observation; the env is not reset. Episode returns
 and lengths in :class:`StepStats` always cover whole env episodes.
 
+Segments (``segment_length`` > 0, training): each game goes to the replay in pieces while it
+runs (:mod:`muzero_gym.segment`): once ``segment_length`` positions are unsent they leave as one
+segment, the game's end leaves as its final segment, and the game keeps only the states its
+frame stacks still need. Each game has a ``source_id`` unique to this worker (``worker_id``
+times 2**40 plus a count), which the replay uses to join the segments. :meth:`SelfPlay.flush`
+sends everything unsent (a checkpoint holds every position played), and
+:meth:`SelfPlay.state_dict` saves the games in progress with their envs' states where the envs
+can be restored, so a resumed run continues them. With ``segment_length = 0`` (evaluation)
+finished games are handed out whole in :attr:`StepStats.finished`.
+
 Evaluation uses the same class with ``add_noise=False`` and ``greedy=True``. With a
 :class:`~muzero_gym.simulator.SimulatorSearchAdapter` the search steps copies of the envs' real
 states (fetched with ``envs.call("get_state")``) instead of the learned dynamics.
@@ -31,12 +41,16 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from muzero_gym.checkpoint import plain_state, restore_state
 from muzero_gym.config import SearchConfig
 from muzero_gym.game import Game
 from muzero_gym.inference import ModelSearchAdapter
 from muzero_gym.mcts import BatchedMCTS, select_actions
 from muzero_gym.networks import MuZeroNetwork
+from muzero_gym.segment import Segment, cut_segment
 from muzero_gym.simulator import SimulatorSearchAdapter
+
+SOURCE_ID_STRIDE = 2**40  # source ids: worker_id * stride + the worker's game count
 
 INFO_KEYS = ("action_mask", "to_play", "lives")
 
@@ -45,7 +59,8 @@ INFO_KEYS = ("action_mask", "to_play", "lives")
 class StepStats:
     """What one vector step produced."""
 
-    finished: list[Game] = field(default_factory=list)  # games that ended (final value set)
+    finished: list[Game] = field(default_factory=list)  # games that ended (whole-game mode)
+    segments: list[Segment] = field(default_factory=list)  # (segment mode)
     episode_returns: list[float] = field(default_factory=list)  # env episodes that ended
     episode_lengths: list[int] = field(default_factory=list)
     num_transitions: int = 0  # transitions recorded this step
@@ -53,6 +68,8 @@ class StepStats:
     visit_entropy: float = 0.0  # mean entropy of the root visit distributions
     max_depth: float = 0.0  # mean deepest expansion
     num_dropped: int = 0  # games dropped for non-finite env data (non_finite = "drop_game")
+    abandoned: list[int] = field(default_factory=list)  # source ids of games sent in part and
+    # dropped since: the replay should end them
 
 
 def _row(batch: Any, i: int) -> Any:
@@ -96,6 +113,14 @@ def _non_finite_rows(batch: Any, num_envs: int) -> np.ndarray:
     return bad
 
 
+def _set_elapsed_steps(env: gym.Env, steps: int) -> None:
+    """Restores the step count of the env's time limit (``TimeLimit`` wrappers)."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            env._elapsed_steps = steps
+        env = env.env
+
+
 def check_autoreset_mode(envs: gym.vector.VectorEnv) -> None:
     """Self-play relies on NEXT_STEP autoreset; other modes would mix episodes silently."""
     mode = envs.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
@@ -111,7 +136,7 @@ class SelfPlay:
                  rng: np.random.Generator, add_noise: bool = True, greedy: bool = False,
                  simulator: SimulatorSearchAdapter | None = None,
                  split_on_life_loss: bool = False, env_id: str = "env",
-                 non_finite: str = "error"):
+                 non_finite: str = "error", segment_length: int = 0, worker_id: int = 0):
         check_autoreset_mode(envs)
         self.envs = envs
         self.network = network
@@ -136,6 +161,39 @@ class SelfPlay:
         self.timings = {"env": 0.0, "model": 0.0, "search": 0.0}
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        if segment_length < 0:
+            raise ValueError(f"segment_length = {segment_length}: must be >= 0")
+        self.segment_length = segment_length
+        self.worker_id = worker_id
+        self.num_games_started = 0
+        self.source_ids = np.zeros(self.num_envs, dtype=np.int64)
+        self.sent = np.zeros(self.num_envs, dtype=np.int64)  # positions sent of each game
+        self.final_sent = np.zeros(self.num_envs, dtype=np.bool_)  # (pending rows, flushed)
+        self.abandoned: list[int] = []
+
+    def _start_game(self, i: int, observation: Any, info: dict) -> None:
+        game = self.new_game()
+        game.start(observation, info)
+        if i < len(self.games):
+            self.games[i] = game
+        else:
+            self.games.append(game)
+        self.source_ids[i] = self.worker_id * SOURCE_ID_STRIDE + self.num_games_started
+        self.num_games_started += 1
+        self.sent[i] = 0
+        self.final_sent[i] = False
+
+    def _send(self, i: int, out: list[Segment], final: bool = False) -> None:
+        """Game ``i``'s unsent positions (and with ``final`` its end) as one segment."""
+        game = self.games[i]
+        if len(game) == self.sent[i] and not final:
+            return
+        context = game.num_stacked_observations
+        out.append(cut_segment(game, int(self.source_ids[i]), int(self.sent[i]), context,
+                               final))
+        self.sent[i] = len(game)
+        if not final:
+            game.trim(max(game.base, len(game) - context))
 
     def _note_lives(self, infos: dict) -> np.ndarray:
         """Lives per env from ``info["lives"]`` (-1 where the env does not report them)."""
@@ -147,9 +205,7 @@ class SelfPlay:
         observations, infos = self.envs.reset(seed=seed)
         self.games = []
         for i in range(self.num_envs):
-            game = self.new_game()
-            game.start(_row(observations, i), _info_row(infos, i))
-            self.games.append(game)
+            self._start_game(i, _row(observations, i), _info_row(infos, i))
         self.pending_reset[:] = False
         self.lives[:] = self._note_lives(infos)
         self.episode_return[:] = 0.0
@@ -209,11 +265,10 @@ class SelfPlay:
         lives = self._note_lives(infos)
         for i in np.flatnonzero(self.pending_reset):
             game = games[i]
-            if game.truncated:
+            if game.truncated and not self.final_sent[i]:
                 game.set_final_value(result.root_value[i])
-            stats.finished.append(game)
-            games[i] = self.new_game()
-            games[i].start(_row(observations, i), _info_row(infos, i))
+            self._finish(i, stats)
+            self._start_game(i, _row(observations, i), _info_row(infos, i))
         self.pending_reset[:] = False
         for i in np.flatnonzero(active & ~poisoned):
             episode_over = bool(terminated[i]) or bool(truncated[i])
@@ -235,13 +290,15 @@ class SelfPlay:
                 stats.episode_lengths.append(int(self.episode_length[i]))
                 self.episode_return[i], self.episode_length[i] = 0.0, 0
             elif life_lost:  # the env goes on: a new training game starts right here
-                stats.finished.append(games[i])
-                games[i] = self.new_game()
-                games[i].start(observation, info)
+                self._finish(i, stats)
+                self._start_game(i, observation, info)
+            elif self.segment_length and len(games[i]) - self.sent[i] >= self.segment_length:
+                self._send(i, stats.segments)
         self.lives[:] = lives
         if poisoned.any():
             self._restart(np.flatnonzero(poisoned))
             stats.num_dropped += int(poisoned.sum())
+            stats.abandoned, self.abandoned = self.abandoned, []
 
         if active.any():
             policy = result.visit_counts[active] / result.visit_counts[active].sum(
@@ -251,6 +308,115 @@ class SelfPlay:
             stats.visit_entropy = float(entropy.mean())
             stats.max_depth = float(result.max_depth[active].mean())
         return stats
+
+    def _finish(self, i: int, stats: StepStats) -> None:
+        """Hands out the finished game of env ``i``: its final segment, or the whole game."""
+        if not self.segment_length:
+            stats.finished.append(self.games[i])
+        elif not self.final_sent[i]:
+            self._send(i, stats.segments, final=True)
+
+    def flush(self) -> list[Segment]:
+        """Every position played and not yet sent, as segments (a checkpoint is about to be
+        written). A game that ended and waits for its env's reset is sent whole, its final
+        value (after a truncation) from the network instead of the search the next step would
+        run."""
+        if not self.segment_length or not self.games:
+            return []
+        out: list[Segment] = []
+        waiting = np.flatnonzero(self.pending_reset & ~self.final_sent)
+        truncated = [i for i in waiting.tolist() if self.games[i].truncated]
+        if truncated:
+            for i, value in zip(truncated, self._values(truncated)):
+                self.games[i].set_final_value(float(value))
+        waiting_rows = set(waiting.tolist())
+        for i in range(self.num_envs):
+            if i in waiting_rows:
+                self._send(i, out, final=True)
+                self.final_sent[i] = True
+            elif not self.pending_reset[i]:
+                self._send(i, out)
+        return out
+
+    def restorable(self) -> bool:
+        """Whether the envs' states can be saved and restored: a sync vector env whose envs
+        offer ``get_state`` / ``set_state`` (the board games, 2048)."""
+        return isinstance(self.envs, gym.vector.SyncVectorEnv) and all(
+            callable(getattr(env.unwrapped, name, None))
+            for env in self.envs.envs for name in ("get_state", "set_state"))
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The games in progress, after :meth:`flush`, with their envs' states as plain data;
+        None where the envs cannot be restored (:meth:`restorable`)."""
+        if not self.segment_length or not self.games or not self.restorable():
+            return None
+        env_states = self.envs.call("get_state")
+        rows: list[dict[str, Any] | None] = []
+        for i, game in enumerate(self.games):
+            if self.pending_reset[i] or self.sent[i] != len(game):
+                rows.append(None)  # ended (and sent whole): the env starts a new game
+                continue
+            rows.append({
+                "source_id": int(self.source_ids[i]), "env_state": plain_state(env_states[i]),
+                "episode_return": float(self.episode_return[i]),
+                "episode_length": int(self.episode_length[i]), "lives": int(self.lives[i]),
+                "game": {"base": game.base, "observations": np.stack(game.observations),
+                         "legal_masks": np.stack(game.legal_masks),
+                         "to_play": np.asarray(game.to_play_history, dtype=np.int64),
+                         "actions": np.asarray(game.actions, dtype=np.int64),
+                         "rewards": np.asarray(game.rewards, dtype=np.float64),
+                         "root_values": np.asarray(game.root_values, dtype=np.float64),
+                         "child_visits": np.stack(game.child_visits) if game.child_visits
+                         else np.zeros((0, game.num_actions), dtype=np.float32)}})
+        return {"num_games_started": self.num_games_started, "envs": rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> list[int]:
+        """Continues the games of :meth:`state_dict` (call after :meth:`reset`): each env gets
+        its saved state back and its game goes on where it stopped. Returns the source ids of
+        saved games that could not be continued (the envs cannot be restored, or there are
+        fewer of them now)."""
+        self.num_games_started = max(self.num_games_started, int(state["num_games_started"]))
+        rows = state["envs"]
+        lost = [int(row["source_id"]) for row in rows[self.num_envs:] if row is not None]
+        if not self.restorable():
+            return lost + [int(row["source_id"]) for row in rows[:self.num_envs]
+                           if row is not None]
+        for i, row in enumerate(rows[:self.num_envs]):
+            if row is None:
+                continue
+            env = self.envs.envs[i]
+            env.unwrapped.set_state(restore_state(row["env_state"], env.unwrapped.get_state()))
+            _set_elapsed_steps(env, int(row["episode_length"]))
+            saved = row["game"]
+            game = self.new_game()
+            game.base = int(saved["base"])
+            game.observations = list(np.asarray(saved["observations"]))
+            game.legal_masks = list(np.asarray(saved["legal_masks"], dtype=np.bool_))
+            game.to_play_history = np.asarray(saved["to_play"]).tolist()
+            game.actions = np.asarray(saved["actions"]).tolist()
+            game.rewards = np.asarray(saved["rewards"]).tolist()
+            game.root_values = np.asarray(saved["root_values"]).tolist()
+            game.child_visits = list(np.asarray(saved["child_visits"], dtype=np.float32))
+            self.games[i] = game
+            self.source_ids[i] = int(row["source_id"])
+            self.sent[i] = len(game)
+            self.final_sent[i] = False
+            self.pending_reset[i] = False
+            self.episode_return[i] = float(row["episode_return"])
+            self.episode_length[i] = int(row["episode_length"])
+            self.lives[i] = int(row["lives"])
+        return lost
+
+    @torch.inference_mode()
+    def _values(self, rows: list[int]) -> np.ndarray:
+        """The network's value of the current state of games ``rows``."""
+        images = np.stack([self.games[i].make_image() for i in rows])
+        if self.simulator is not None:
+            states = self.envs.call("get_state")
+            value, _ = self.simulator.initial(images, [states[i] for i in rows])
+        else:
+            value, _ = self.adapter.initial(images)
+        return np.asarray(value, dtype=np.float64)
 
     def _check_finite(self, rewards: np.ndarray, observations: Any,
                       active: np.ndarray) -> np.ndarray:
@@ -278,8 +444,9 @@ class SelfPlay:
         observations, infos = self.envs.reset(options={"reset_mask": mask})
         lives = self._note_lives(infos)
         for i in rows.tolist():
-            self.games[i] = self.new_game()
-            self.games[i].start(_row(observations, i), _info_row(infos, i))
+            if self.sent[i]:
+                self.abandoned.append(int(self.source_ids[i]))
+            self._start_game(i, _row(observations, i), _info_row(infos, i))
             self.lives[i] = lives[i]
             self.episode_return[i], self.episode_length[i] = 0.0, 0
 

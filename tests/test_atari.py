@@ -106,7 +106,8 @@ def test_single_env_preprocessing_matches_the_vector_env():
 
 def test_lost_lives_end_training_games_but_not_episodes():
     config = load_config("breakout", [*FAST, "env.num_envs=1", "search.num_simulations=2",
-                                      "train.warmup_transitions=1000000", "train.eval_interval=0"])
+                                      "train.warmup_transitions=1000000", "train.eval_interval=0",
+                                      "replay.segment_length=0"])  # whole games
     agent = MuZeroAgent(config)
     selfplay = agent._start_selfplay()
     games, returns, lengths = [], [], []

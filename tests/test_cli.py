@@ -4,7 +4,6 @@ exit status 2 with nothing written, own envs by ``module:EnvId``, ``predict`` on
 from __future__ import annotations
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 from muzero_gym.agents.muzero import MuZeroAgent
@@ -98,7 +97,8 @@ def test_evaluate_refuses_two_player_games():
 def test_two_player_episode_returns_are_the_first_players_results():
     """The return of a two-player episode (charts/episodic_return, the progress line) is the
     first player's result, not the last mover's reward (always 1 after a win)."""
-    agent = MuZeroAgent(load_config("tictactoe", ["search.num_simulations=4", "env.num_envs=4"]))
+    agent = MuZeroAgent(load_config("tictactoe", ["search.num_simulations=4", "env.num_envs=4",
+                                                  "replay.segment_length=0"]))
     selfplay = agent._start_selfplay()
     returns, games = [], []
     for _ in range(40):

@@ -29,14 +29,21 @@ def buffer(capacity=100, search_value_mix=0.0, **kwargs):
                         search_value_mix=search_value_mix)
 
 
-def test_capacity_counts_transitions_and_evicts_whole_oldest_games():
+def test_capacity_counts_transitions_and_evicts_the_oldest_positions_first():
     replay = buffer(capacity=10)
     replay.add_game(make_game(4, start=0))
     replay.add_game(make_game(4, start=100))
     assert len(replay) == 8 and replay.num_games == 2
-    replay.add_game(make_game(3, start=200))  # needs 2 slots of the first game: it leaves
-    assert replay.num_games == 2 and len(replay) == 7
-    assert [g.observations[0][0] for g in replay.games()] == [100, 200]
+    replay.add_game(make_game(3, start=200))  # takes the slot of the first game's position 0
+    assert replay.num_games == 3 and len(replay) == 10
+    first = replay.games()[0]
+    assert first.observations[0][0] == 0  # state 0 stays while position 1 needs its action
+    positions = sorted(replay._slot_step[replay._slot_game == 0].tolist())
+    assert positions == [1, 2, 3]
+    replay.add_game(make_game(4, start=300))  # the rest of the first game, and position 0
+    assert replay.num_games == 3 and len(replay) == 10  # of the second: the first leaves
+    assert [g.observations[-1][0] for g in replay.games()] == [104, 203, 304]
+    assert replay.games()[0].base == 0 and len(replay.games()[0]) == 4
     with pytest.raises(ValueError, match="does not fit"):
         replay.add_game(make_game(11))
 
@@ -129,8 +136,9 @@ def test_save_and_load_round_trip_keeps_games_and_priorities(tmp_path):
     for name in ("observations", "actions", "target_value", "target_reward", "target_policy",
                  "weights", "slots"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-    restored.add_game(make_game(4, start=20))  # keeps its ring position
-    assert restored.num_games == 2
+    restored.add_game(make_game(4, start=20))  # keeps its ring position: slots 9, 10, 11, 0
+    assert restored.num_games == 3 and len(restored) == 12
+    assert restored._slot_game[0] == 2 and restored._slot_step[0] == 3
 
 
 def test_unfinished_games_and_empty_buffers_are_errors():

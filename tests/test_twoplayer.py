@@ -244,7 +244,8 @@ def test_tiny_learn_on_tictactoe_logs_win_rates(tmp_path):
     events.Reload()
     assert {"eval/win_rate", "eval/draw_rate", "eval/loss_rate"} <= set(events.Tags()["scalars"])
     for game in agent.replay.games():
-        assert game.to_play_history[:4] == [0, 1, 0, 1]
+        held = len(game.to_play_history)  # games in progress at the last checkpoint are short
+        assert game.to_play_history == [(game.base + i) % 2 for i in range(held)]
         for i, action in enumerate(game.actions):
             assert game.legal_masks[i][action]
 
