@@ -24,7 +24,6 @@ import copy
 import dataclasses
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,22 +40,28 @@ from muzero_gym.checkpoint import (
     resolve_checkpoint_path,
     save_checkpoint,
 )
-from muzero_gym.config import Config, ConfigError, config_from_dict
+from muzero_gym.config import Config, config_from_dict
 from muzero_gym.environment import EnvError, make_env, make_vector_env
 from muzero_gym.envs.opponents import make_opponent
-from muzero_gym.game import Game, ObservationEncoder, stacked_shape
+from muzero_gym.game import Game
 from muzero_gym.inference import plan
 from muzero_gym.learner import Learner, TrainingDivergedError, resolve_device
+from muzero_gym.local_driver import run_local
 from muzero_gym.mcts import BatchedMCTS, SearchResult, SearchSettings, select_actions
-from muzero_gym.networks import build_network
 from muzero_gym.progress import Progress
-from muzero_gym.reanalyse import reanalyse
 from muzero_gym.replay import ReplayBuffer
 from muzero_gym.run_folder import RunLock, remove_stale_temp_files
 from muzero_gym.run_log import RunLogger
 from muzero_gym.selfplay import SelfPlay
-from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
-from muzero_gym.symmetry import augment_batch, game_symmetries
+from muzero_gym.simulator import SimulatorSearchAdapter
+from muzero_gym.workers import (
+    LearnerWorker,
+    PlayResult,
+    SelfPlayWorker,
+    build_model,
+    inspect_env,
+    new_game,
+)
 
 CHECKPOINT_VERSION = 1
 
@@ -69,54 +74,26 @@ class MuZeroAgent:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         train = config.train
         self._set_threads()
-        if train.num_unroll_steps == 0 and not config.search.simulator:
-            raise ConfigError("train.num_unroll_steps = 0 never trains the dynamics function that "
-                              "a learned-model search steps: use it with search.simulator = true")
         self.device = resolve_device(train.device)
         self.inference_device = resolve_device(train.inference_device)
-
-        probe = make_env(config.env)
-        self.observation_space = probe.observation_space
-        self.num_actions = int(probe.action_space.n)
-        try:
-            if config.search.simulator:
-                check_simulator_env(probe)
-                if config.env.num_stacked_observations != 1 or config.env.stack_actions:
-                    raise SimulatorError(
-                        "search.simulator = true evaluates single observations: set "
-                        "env.num_stacked_observations = 1 and env.stack_actions = false")
-            self.symmetries = game_symmetries(probe) if train.augment_symmetries else []
-            if train.augment_symmetries and not self.symmetries:
-                raise ConfigError(
-                    f"train.augment_symmetries = true, but {type(probe.unwrapped).__name__} "
-                    "declares no symmetries(): set it to false or add the method (see "
-                    "muzero_gym.symmetry)")
-            if self.symmetries and config.env.stack_actions:
-                raise ConfigError("train.augment_symmetries does not rename the actions "
-                                  "encoded in action planes: set env.stack_actions = false")
-        finally:
-            probe.close()
-        self.encoder = ObservationEncoder(self.observation_space)
-        self.input_shape = stacked_shape(self.encoder, config.env.num_stacked_observations,
-                                         config.env.stack_actions, self.num_actions)
+        self.facts = inspect_env(config)
+        self.observation_space = self.facts.observation_space
+        self.num_actions = self.facts.num_actions
+        self.encoder = self.facts.encoder
+        self.input_shape = self.facts.input_shape
+        self.symmetries = self.facts.symmetries
 
         self.rng = np.random.default_rng(train.seed)
-        # The learner draws its batches from its own generator when it runs in its own thread,
-        # so that neither thread's draws depend on timing.
-        self.learner_rng = (np.random.default_rng([train.seed, 1]) if train.concurrent_learner
-                            else self.rng)
+        # The learner draws its batches from its own generator when it runs in its own thread
+        # (or beside Ray actors), so that neither side's draws depend on timing.
+        self.learner_rng = (np.random.default_rng([train.seed, 1])
+                            if train.concurrent_learner or train.backend == "ray" else self.rng)
         torch.manual_seed(train.seed)
-        network = build_network(config.model, self.input_shape, self.num_actions,
-                                image_input=self.encoder.is_image)
+        network = build_model(config, self.facts)
         self.learner = Learner(network, train, self.device)
         self.selfplay_network = copy.deepcopy(network).to(self.inference_device).eval()
-        settings = SearchSettings.from_config(config)
-        self.search = BatchedMCTS(settings, self.num_actions)
+        self.search = BatchedMCTS(SearchSettings.from_config(config), self.num_actions)
         self.acting_search = self._acting_search()
-        reanalyse_sims = train.reanalyse_simulations or settings.num_simulations
-        self.reanalyse_search = BatchedMCTS(
-            dataclasses.replace(settings, num_simulations=reanalyse_sims),
-            self.num_actions)
         self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
                                    num_unroll_steps=train.num_unroll_steps,
                                    td_steps=train.td_steps, discount=train.discount,
@@ -126,12 +103,15 @@ class MuZeroAgent:
                                    num_stacked_observations=config.env.num_stacked_observations,
                                    stack_actions=config.env.stack_actions,
                                    num_players=config.env.num_players)
+        self.learner_worker = LearnerWorker(config, self.learner, self.replay, self.learner_rng,
+                                            self.symmetries, self.num_actions)
+        self.selfplay_worker = SelfPlayWorker(config, self.facts, self.selfplay_network,
+                                              self.rng)
         self.env_steps = 0
         self.episodes = 0
         self._train_credit = 0.0
         self._last_sync_step = 0
         self._logger: RunLogger | None = None
-        self._selfplay: SelfPlay | None = None
         self._metrics: dict[str, list[float]] = collections.defaultdict(list)
         self._recent_returns: collections.deque[float] = collections.deque(maxlen=20)
         self.last_eval_return: float | None = None
@@ -140,9 +120,8 @@ class MuZeroAgent:
         self.saved_env_steps: int | None = None
         self._run_lock = RunLock(self.run_dir) if self.run_dir is not None else None
         self._acting_simulator: SimulatorSearchAdapter | None = None
-        # Self-play's games in progress from a checkpoint, continued when self-play starts.
-        self._saved_selfplay: dict[str, Any] | None = None
-        self._games_started = 0  # source ids of self-play's games continue across runs
+        self._rate_start = (time.perf_counter(), 0, 0)  # for perf/*_per_s
+        self.ray_address: str | None = None  # train.backend = "ray": a cluster to join
 
     # ---- construction helpers --------------------------------------------------------------
 
@@ -174,9 +153,7 @@ class MuZeroAgent:
         self.acting_search = self._acting_search()
 
     def new_game(self) -> Game:
-        env = self.config.env
-        return Game(self.num_actions, self.encoder, env.num_stacked_observations,
-                    env.stack_actions, env.num_players)
+        return new_game(self.config, self.facts)
 
     @property
     def network(self) -> torch.nn.Module:
@@ -216,90 +193,108 @@ class MuZeroAgent:
 
     def learn(self, total_env_steps: int, progress: bool | None = None) -> MuZeroAgent:
         """Self-play and train until ``total_env_steps`` env steps have been taken in total
-        (counting the steps of earlier ``learn`` calls and of a resumed checkpoint)."""
+        (counting the steps of earlier ``learn`` calls and of a resumed checkpoint), on the
+        backend of ``train.backend``: this process (``local``), or Ray actors for self-play
+        (``ray``, :mod:`muzero_gym.ray_driver`)."""
         if total_env_steps < 1:
             raise ValueError(f"total_env_steps = {total_env_steps}: must be >= 1")
         locked_here = self._run_lock is not None and not self._run_lock.held
         self.lock_run_dir()
         try:
             self._open_logger()
-            return self._learn(total_env_steps, progress)
+            show = self.config.log.progress if progress is None else progress
+            self._rate_start = (time.perf_counter(), self.env_steps, self.training_steps)
+            if self.config.train.backend == "ray":
+                from muzero_gym.ray_driver import run_ray
+
+                run_ray(self, total_env_steps, show)
+            else:
+                run_local(self, total_env_steps, show)
+            return self
         finally:
             if locked_here:
                 self.unlock_run_dir()
 
-    def _learn(self, total_env_steps: int, progress: bool | None) -> MuZeroAgent:
+    # Hooks of the drivers (muzero_gym.local_driver, muzero_gym.ray_driver).
+
+    def receive(self, result: PlayResult) -> None:
+        """Takes in what self-play produced: positions into the replay, counters, episode
+        curves, search statistics; earns learner steps once the warm-up is stored."""
+        self.env_steps += result.num_transitions
+        for key, values in result.search.items():
+            self._metrics[key] += values
+        for segment in result.segments:
+            self.replay.add_segment(segment)
+        for game in result.finished:
+            self.replay.add_game(game)
+        self.replay.close_running_games(result.abandoned)
+        if result.num_dropped:
+            self._metrics["faults/dropped_games"].append(float(result.num_dropped))
+        for episode_return, length in zip(result.episode_returns, result.episode_lengths):
+            self._log_episode(episode_return, length)
+        if len(self.replay) >= self.config.train.warmup_transitions:
+            self._train_credit += result.num_transitions * self.config.train.replay_ratio
+
+    def learner_steps_due(self) -> int:
+        """Whole learner steps earned and not yet taken."""
+        return int(self._train_credit)
+
+    def take_due_steps(self, limit: int | None = None) -> int:
+        """The whole learner steps earned so far (``train.replay_ratio`` per env step), at
+        most ``limit``."""
+        due = int(self._train_credit)
+        if limit is not None:
+            due = min(due, limit)
+        self._train_credit -= due
+        return due
+
+    def train_steps(self, count: int) -> None:
+        """``count`` learner steps; their metrics go to the next log."""
+        for key, values in self.learner_worker.train(count).items():
+            self._metrics[key] += values
+
+    def sync_if_due(self) -> bool:
+        """Copies the trained weights to self-play every ``train.weight_sync_interval``
+        learner steps; whether it did."""
+        if self.training_steps - self._last_sync_step >= self.config.train.weight_sync_interval:
+            self.sync_selfplay_weights()
+            return True
+        return False
+
+    def after_moves(self, before: int, bar: Progress | None = None) -> None:
+        """What follows moves that took the env steps from ``before`` to now: TensorBoard
+        scalars every ``log.log_interval``, an evaluation every ``train.eval_interval``, a
+        checkpoint every ``log.checkpoint_interval`` env steps, the progress line."""
         config = self.config
-        show = config.log.progress if progress is None else progress
-        selfplay = self._start_selfplay()
-        bar = Progress(total_env_steps, "env steps", initial=self.env_steps, enabled=show)
-        start_time, start_steps = time.perf_counter(), self.env_steps
-        start_train = self.training_steps
-        learner_thread = (ThreadPoolExecutor(1, thread_name_prefix="learner")
-                          if config.train.concurrent_learner else None)
+        if _crossed(before, self.env_steps, config.log.log_interval):
+            self._log()
+        if config.train.eval_interval and _crossed(before, self.env_steps,
+                                                   config.train.eval_interval):
+            self.evaluate_and_log()
+        if self.run_dir is not None and _crossed(before, self.env_steps,
+                                                 config.log.checkpoint_interval):
+            self.save(self.run_dir)
+        if bar is not None:
+            recent = np.mean(self._recent_returns) if self._recent_returns else float("nan")
+            label = "first player" if config.env.num_players == 2 else "return"
+            fields: dict[str, Any] = {"episodes": self.episodes, label: f"{recent:.2f}"}
+            if self.last_eval_return is not None:
+                fields["eval"] = f"{self.last_eval_return:.1f}"
+            bar.update(self.env_steps, **fields)
+
+    def finish_learning(self) -> None:
+        """The checkpoint at the end of :meth:`learn` (however it ends) and the logs' flush."""
         try:
-            while self.env_steps < total_env_steps:
-                before = self.env_steps
-                training = None
-                if learner_thread is not None and self._train_credit >= 1.0:
-                    # The steps earned by the last move run while self-play makes the next one;
-                    # this thread leaves the replay alone until they are done.
-                    training = learner_thread.submit(self._train_steps, self._take_due_steps())
-                try:
-                    stats = selfplay.step(self.training_steps)
-                except BaseException:
-                    # An env that raised mid-step leaves the vector env in an unknown state:
-                    # start afresh next time, so the agent stays usable. What was played is
-                    # kept (a step records nothing before its env has stepped).
-                    self.close()
-                    raise
-                finally:
-                    if training is not None:
-                        training.result()
-                self.env_steps += stats.num_transitions
-                self._metrics["search/root_value"].append(stats.root_value)
-                self._metrics["search/visit_entropy"].append(stats.visit_entropy)
-                self._metrics["search/max_depth"].append(stats.max_depth)
-                for segment in stats.segments:
-                    self.replay.add_segment(segment)
-                for game in stats.finished:
-                    self.replay.add_game(game)
-                self.replay.close_running_games(stats.abandoned)
-                for episode_return, length in zip(stats.episode_returns, stats.episode_lengths):
-                    self._log_episode(episode_return, length)
-                if len(self.replay) >= config.train.warmup_transitions:
-                    self._train_credit += stats.num_transitions * config.train.replay_ratio
-                    if learner_thread is None:
-                        self._train_steps(self._take_due_steps())
-                if self.training_steps - self._last_sync_step >= config.train.weight_sync_interval:
-                    self.sync_selfplay_weights()
-                elapsed = time.perf_counter() - start_time
-                if _crossed(before, self.env_steps, config.log.log_interval):
-                    self._log(elapsed, self.env_steps - start_steps,
-                              self.training_steps - start_train)
-                if config.train.eval_interval and _crossed(before, self.env_steps,
-                                                           config.train.eval_interval):
-                    self.evaluate_and_log()
-                if self.run_dir is not None and _crossed(before, self.env_steps,
-                                                         config.log.checkpoint_interval):
-                    self.save(self.run_dir)
-                recent = np.mean(self._recent_returns) if self._recent_returns else float("nan")
-                label = "first player" if config.env.num_players == 2 else "return"
-                fields: dict[str, Any] = {"episodes": self.episodes, label: f"{recent:.2f}"}
-                if self.last_eval_return is not None:
-                    fields["eval"] = f"{self.last_eval_return:.1f}"
-                bar.update(self.env_steps, **fields)
+            if self.run_dir is not None:
+                self.save(self.run_dir)
         finally:
-            if learner_thread is not None:
-                learner_thread.shutdown(wait=True)
-            bar.close()
-            try:
-                if self.run_dir is not None:
-                    self.save(self.run_dir)
-            finally:
-                if self._logger is not None:
-                    self._logger.flush()
-        return self
+            if self._logger is not None:
+                self._logger.flush()
+
+    def log_scalars(self, values: dict[str, float]) -> None:
+        """Adds scalars (per-actor rates, fault counts) to the next TensorBoard log."""
+        for key, value in values.items():
+            self._metrics[key].append(float(value))
 
     def _new_simulator(self) -> SimulatorSearchAdapter | None:
         """A true-simulator adapter over a scratch env when ``search.simulator`` is on."""
@@ -309,44 +304,19 @@ class MuZeroAgent:
                                       make_env(self.config.env), self.num_actions)
 
     def _start_selfplay(self) -> SelfPlay:
-        """The self-play envs, created on first use and kept between ``learn`` calls so that
-        episodes in progress carry on."""
-        if self._selfplay is None:
-            envs = make_vector_env(self.config.env)
-            selfplay = SelfPlay(envs, self.selfplay_network, self.search, self.new_game,
-                                self.config.search, self.rng, simulator=self._new_simulator(),
-                                split_on_life_loss=self.config.env.life_loss_terminal,
-                                env_id=self.config.env.id, non_finite=self.config.env.non_finite,
-                                segment_length=self.config.replay.segment_length)
-            selfplay.num_games_started = self._games_started
-            selfplay.reset(seed=int(self.rng.integers(2**31)))
-            if self._saved_selfplay is not None:
-                lost = selfplay.load_state_dict(self._saved_selfplay)
-                self.replay.close_running_games(lost)
-                self._saved_selfplay = None
-            self._selfplay = selfplay
-        return self._selfplay
+        """The local self-play (its envs made on first use and kept between ``learn``
+        calls); saved games it cannot continue end in the replay."""
+        selfplay, lost = self.selfplay_worker.start()
+        self.replay.close_running_games(lost)
+        return selfplay
 
     def close(self) -> None:
         """Closes the self-play envs. What their games in progress played stays in the
         replay, as games truncated there."""
-        if self._selfplay is not None:
-            selfplay, self._selfplay = self._selfplay, None
-            try:
-                self._flush_selfplay_of(selfplay)
-            finally:
-                selfplay.envs.close()
-
-    def _flush_selfplay_of(self, selfplay: SelfPlay) -> None:
-        """Sends what the games of a self-play being closed played to the replay, and ends
-        them there."""
-        try:
-            for segment in selfplay.flush():
-                self.replay.add_segment(segment)
-        except (RuntimeError, ValueError):
-            pass  # a game left inconsistent by an error: its unsent positions are lost
-        self._games_started = selfplay.num_games_started
-        self.replay.close_running_games([int(s) for s in selfplay.source_ids])
+        segments, running = self.selfplay_worker.close()
+        for segment in segments:
+            self.replay.add_segment(segment)
+        self.replay.close_running_games(running)
 
     def __enter__(self) -> MuZeroAgent:
         return self
@@ -363,52 +333,23 @@ class MuZeroAgent:
             self._logger.scalars({"charts/episodic_return": episode_return,
                                   "charts/episodic_length": float(length)}, self.env_steps)
 
-    def _take_due_steps(self) -> int:
-        """The whole learner steps earned so far (``train.replay_ratio`` per env step)."""
-        due = int(self._train_credit)
-        self._train_credit -= due
-        return due
-
-    def _train_steps(self, count: int) -> None:
-        for _ in range(count):
-            self._train_once()
-
-    def _train_once(self) -> None:
-        train = self.config.train
-        need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
-        need_unrolled = train.consistency_loss_weight > 0 or (
-            train.reanalyse_policy and train.reanalyse_fraction > 0)
-        rng = self.learner_rng
-        batch = self.replay.sample(train.batch_size, rng, with_bootstrap_inputs=need_bootstrap,
-                                   with_unrolled_inputs=need_unrolled)
-        if train.reanalyse_fraction > 0:
-            reanalyse(batch, self.learner.target_network, self.reanalyse_search,
-                      train.reanalyse_fraction, rng, train.reanalyse_policy)
-        if self.symmetries:
-            augment_batch(batch, self.symmetries, rng)
-        metrics = self.learner.train_step(batch)
-        self.replay.update_priorities(batch.slots, batch.game_ids, metrics.pop("priorities"))
-        for key in ("total", "value", "reward", "policy", "consistency"):
-            self._metrics[f"losses/{key}"].append(metrics[key])
-        self._metrics["train/lr"].append(metrics["lr"])
-        self._metrics["train/grad_norm"].append(metrics["grad_norm"])
-
     def sync_selfplay_weights(self) -> None:
         """Copies the trained weights into the self-play network."""
         self.selfplay_network.load_state_dict(self.learner.network.state_dict())
         self._last_sync_step = self.training_steps
-        if self._selfplay is not None:
-            self._selfplay.refresh()
+        self.selfplay_worker.refresh()
         if self._acting_simulator is not None:
             self._acting_simulator.refresh()
 
-    def _log(self, elapsed: float, env_steps: int, train_steps: int) -> None:
+    def _log(self) -> None:
         if self._logger is None:
             self._metrics.clear()
             return
+        start_time, start_env, start_train = self._rate_start
+        elapsed = max(time.perf_counter() - start_time, 1e-9)
         values = {k: float(np.mean(v)) for k, v in self._metrics.items() if v}
-        values["perf/env_steps_per_s"] = env_steps / max(elapsed, 1e-9)
-        values["perf/train_steps_per_s"] = train_steps / max(elapsed, 1e-9)
+        values["perf/env_steps_per_s"] = (self.env_steps - start_env) / elapsed
+        values["perf/train_steps_per_s"] = (self.training_steps - start_train) / elapsed
         values["replay/size"] = float(len(self.replay))
         values["replay/bytes"] = float(self.replay.nbytes())
         self._logger.scalars(values, self.env_steps)
@@ -541,7 +482,8 @@ class MuZeroAgent:
         try:
             for episode in range(num_episodes):
                 game = Game.for_env(env, self.config.env.num_stacked_observations,
-                                    self.config.env.stack_actions, self.config.env.num_players)
+                                    self.config.env.stack_actions, self.config.env.num_players,
+                                    encoder=self.encoder)
                 game.reset(seed=None if seed is None else seed + episode)
                 while not game.done:
                     result = self.search_games([game], [env])
@@ -611,16 +553,13 @@ class MuZeroAgent:
         if include_replay:
             # Every position played goes with the replay; the games in progress go too where
             # their envs can be restored (else a resumed run ends them as truncated games).
-            selfplay_state = self._saved_selfplay
-            if self._selfplay is not None:
-                for segment in self._selfplay.flush():
-                    self.replay.add_segment(segment)
-                self._games_started = self._selfplay.num_games_started
-                selfplay_state = self._selfplay.state_dict()
+            for segment in self.selfplay_worker.flush():
+                self.replay.add_segment(segment)
             state["replay"] = self.replay.state_dict()
+            selfplay_state = self.selfplay_worker.state_dict()
             if selfplay_state is not None:
                 state["selfplay"] = selfplay_state
-        state["counters"]["games_started"] = self._games_started
+        state["counters"]["games_started"] = self.selfplay_worker.num_games_started
         return state
 
     def save(self, path: str | Path, include_replay: bool = True) -> Path:
@@ -687,7 +626,7 @@ class MuZeroAgent:
         if self.learner_rng is not self.rng and "learner_numpy" in state["rng"]:
             self.learner_rng.bit_generator.state = state["rng"]["learner_numpy"]
         torch.set_rng_state(state["rng"]["torch"])
-        self._games_started = int(counters.get("games_started", 0))
+        self.selfplay_worker.num_games_started = int(counters.get("games_started", 0))
         if "replay" in state:
             replay = {k: v.numpy() if isinstance(v, torch.Tensor) else v
                       for k, v in state["replay"].items()}
@@ -696,8 +635,8 @@ class MuZeroAgent:
                                         num_stacked_observations=env.num_stacked_observations,
                                         stack_actions=env.stack_actions,
                                         num_players=env.num_players)
-            self._saved_selfplay = state.get("selfplay")
-            if self._saved_selfplay is None:  # nothing can continue them
+            self.selfplay_worker.saved_state = state.get("selfplay")
+            if self.selfplay_worker.saved_state is None:  # nothing can continue them
                 self.replay.close_running_games()
 
 

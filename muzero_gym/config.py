@@ -140,6 +140,10 @@ class EnvConfig(_Section):
     life_loss_terminal: bool = _field(
         False, "training games end at each lost life (Atari); logged returns and evaluation "
         "use whole games")
+    observation_layout: str = _field(
+        "auto", "axes of rank-3 float or bool observations: auto or channels_first reads them "
+        "as [C, H, W] (board planes), channels_last as [H, W, C] (MinAtar); uint8 images are "
+        "recognised by themselves", choices=("auto", "channels_first", "channels_last"))
     num_stacked_observations: int = _field(
         1, "observations stacked into one model input (make_image)", low=1)
     stack_actions: bool = _field(False, "add the past actions next to the stacked observations")
@@ -166,7 +170,8 @@ class ModelConfig(_Section):
     layer_size: int = _field(128, "width of the hidden layers (mlp)", low=1)
     num_layers: int = _field(2, "hidden layers per function (mlp)", low=1)
     num_channels: int = _field(256, "channels of the residual tower (resnet)", low=1)
-    num_blocks: int = _field(16, "residual blocks per function (resnet)", low=1)
+    num_blocks: int = _field(16, "residual blocks per function (resnet); 0 = a single "
+                             "convolution per function", low=0)
     downsample: bool = _field(True, "downsample images 16x as in the MuZero Atari network")
     search_precision: str = _field(
         "float32", "number format of the search's calls of a convolutional network "
@@ -310,6 +315,18 @@ class TrainConfig(_Section):
     num_threads: int = _field(
         0, "torch threads (per thread of work with concurrent_learner); 0 = 1 with async envs, "
         "half the cores with concurrent_learner, else all cores", low=0)
+    backend: str = _field(
+        "local", "where training runs: local (self-play and learner in this process) or ray "
+        "(self-play in train.num_actors Ray actors, the learner in this process; needs the "
+        "[distributed] extra)", choices=("local", "ray"))
+    num_actors: int = _field(2, "self-play actors of the ray backend", low=1)
+    actor_moves: int = _field(
+        8, "ray backend: moves an actor makes in all its envs before it sends what they made",
+        low=1)
+    max_ratio_drift: float = _field(
+        0.2, "ray backend: how far the learner steps may stray from replay_ratio times the env "
+        "steps, as a fraction; actors wait when the learner falls further behind, the learner "
+        "when it gets further ahead", low=0.0, high=1.0)
     concurrent_learner: bool = _field(
         False, "take the learner steps that are due in a second thread while self-play makes "
         "its next move in every game (one move behind, deterministic for a seed): the two run "
@@ -483,6 +500,11 @@ def load_config(target: str | Path = "cartpole", overrides: Iterable[str] = ()) 
     return config.replace(overrides)
 
 
+MINATAR_PRESETS = {f"MinAtar/{game}": f"minatar_{name}" for game, name in (
+    ("Asterix", "asterix"), ("Breakout", "breakout"), ("Freeway", "freeway"),
+    ("Seaquest", "seaquest"), ("SpaceInvaders", "space_invaders"))}
+
+
 def config_for_env(env_id: str, overrides: Iterable[str] = ()) -> Config:
     """Defaults for a registered Gymnasium env id, chosen from its spaces: the ``atari100k``
     preset for ``ALE/`` ids, the ``cartpole`` preset's MLP settings for vector observations,
@@ -495,6 +517,10 @@ def config_for_env(env_id: str, overrides: Iterable[str] = ()) -> Config:
     if env_id.startswith("ALE/"):
         config = load_config("atari100k", [f"env.id={env_id}", *overrides])
         return dataclasses.replace(config, preset="atari100k")
+    minatar = MINATAR_PRESETS.get(env_id.split("-v")[0])
+    if minatar is not None:
+        config = load_config(minatar, [f"env.id={env_id}", *overrides])
+        return dataclasses.replace(config, preset=minatar)
     base = load_config("cartpole").replace([f"env.id={env_id}"])
     try:
         env = make_env(base.env)

@@ -73,6 +73,12 @@ def register_envs() -> None:
         gym.register_envs(ale_py)
     except ImportError:  # pragma: no cover - ale-py is a dependency
         pass
+    if "MinAtar/Breakout-v1" not in gym.registry:
+        try:  # the optional [minatar] extra: MinAtar/<Game>-v0 (all 6 actions) and -v1
+            import minatar.gym
+        except ImportError:
+            return
+        minatar.gym.register_envs()
 
 
 def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:

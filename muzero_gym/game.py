@@ -50,12 +50,17 @@ class ObservationEncoder:
     """Encodes observations of one Gymnasium space into the arrays the model reads.
 
     ``shape`` and ``dtype`` describe one encoded observation: [C, H, W] uint8 for images
-    (a 2-D image gets C = 1, channels-last images are transposed), [C, H, W] float32 for a float
-    Box of rank 3 (board planes, ``is_planes``), [F] float32 otherwise. Images and planes
-    (``is_spatial``) stack on the channel axis, so convolutional models can read them.
+    (a 2-D image gets C = 1, channels-last images are transposed), [C, H, W] float32 for any
+    other Box of rank 3 (board planes, MinAtar's bool planes: ``is_planes``), [F] float32
+    otherwise. Images and planes (``is_spatial``) stack on the channel axis, so convolutional
+    models can read them. ``layout`` (``env.observation_layout``) says how rank-3 planes come:
+    ``auto`` and ``channels_first`` take them as [C, H, W], ``channels_last`` as [H, W, C]
+    (then transposed); images are recognised by themselves.
     """
 
-    def __init__(self, space: gym.Space):
+    def __init__(self, space: gym.Space, layout: str = "auto"):
+        if layout not in ("auto", "channels_first", "channels_last"):
+            raise ValueError(f"layout = {layout!r}: use auto, channels_first or channels_last")
         self.space = space
         self.is_image = isinstance(space, spaces.Box) and _is_image(space)
         self.is_planes = (isinstance(space, spaces.Box) and not self.is_image
@@ -72,7 +77,9 @@ class ObservationEncoder:
             self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
             self.dtype = np.dtype(np.uint8)
         elif self.is_planes:
-            self.shape = tuple(int(d) for d in space.shape)
+            self._channels_last = layout == "channels_last"
+            shape = tuple(int(d) for d in space.shape)
+            self.shape = (shape[2], shape[0], shape[1]) if self._channels_last else shape
             self.dtype = np.dtype(np.float32)
         else:
             self.shape = (self._flat_size(space, "observation space"),)
@@ -105,7 +112,9 @@ class ObservationEncoder:
             return np.ascontiguousarray(image.transpose(2, 0, 1)) if self._channels_last \
                 else image
         if self.is_planes:
-            return np.array(observation, dtype=np.float32, copy=True)
+            planes = np.asarray(observation, dtype=np.float32)
+            return np.ascontiguousarray(planes.transpose(2, 0, 1)) if self._channels_last \
+                else planes.copy()
         return self._flatten(self.space, observation)
 
     def encode_batch(self, observations: Any) -> np.ndarray:
@@ -113,7 +122,10 @@ class ObservationEncoder:
         array [B, *shape] of ``dtype``; unlike :meth:`encode` it may share memory with its input
         (the caller copies what it keeps)."""
         if self.is_planes:
-            return np.asarray(observations, dtype=np.float32).reshape(-1, *self.shape)
+            planes = np.asarray(observations, dtype=np.float32)
+            if self._channels_last:
+                return planes.reshape(-1, *planes.shape[-3:]).transpose(0, 3, 1, 2)
+            return planes.reshape(-1, *self.shape)
         return np.stack([self.encode(observation) for observation in observations])
 
     def _flatten(self, space: gym.Space, observation: Any) -> np.ndarray:
@@ -189,10 +201,11 @@ class Game:
 
     @classmethod
     def for_env(cls, env: gym.Env, num_stacked_observations: int = 1,
-                stack_actions: bool = False, num_players: int = 1) -> Game:
+                stack_actions: bool = False, num_players: int = 1,
+                encoder: ObservationEncoder | None = None) -> Game:
         """A game that steps ``env``; the spaces are checked here."""
         action_space = check_action_space(env.action_space)
-        return cls(int(action_space.n), ObservationEncoder(env.observation_space),
+        return cls(int(action_space.n), encoder or ObservationEncoder(env.observation_space),
                    num_stacked_observations, stack_actions, num_players, env)
 
     # ---- recording -----------------------------------------------------------------------

@@ -45,11 +45,12 @@ def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def _scale_hidden(x: torch.Tensor) -> torch.Tensor:
-    """Min-max scaling of each sample's hidden state to [0, 1] (MuZero Appendix G)."""
-    flat = x.flatten(1)
-    low = flat.min(dim=1, keepdim=True).values
-    high = flat.max(dim=1, keepdim=True).values
-    return ((flat - low) / (high - low).clamp_min(1e-5)).view_as(x)
+    """Min-max scaling of each sample's hidden state to [0, 1] (MuZero Appendix G). Elementwise
+    on ``x`` as it is laid out, so a channels-last hidden state stays channels-last."""
+    dims = tuple(range(1, x.dim()))
+    low = x.amin(dim=dims, keepdim=True)
+    high = x.amax(dim=dims, keepdim=True)
+    return (x - low) / (high - low).clamp_min(1e-5)
 
 
 class MuZeroNetwork(nn.Module):

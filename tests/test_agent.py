@@ -88,13 +88,15 @@ def test_concurrent_learner_trains_in_its_own_thread_and_is_deterministic(tmp_pa
     import threading
 
     threads = set()
-    train_once = MuZeroAgent._train_once
+    from muzero_gym.workers import LearnerWorker
 
-    def recording(self):
+    train_once = LearnerWorker._train_once
+
+    def recording(self, metrics):
         threads.add(threading.current_thread().name)
-        train_once(self)
+        train_once(self, metrics)
 
-    monkeypatch.setattr(MuZeroAgent, "_train_once", recording)
+    monkeypatch.setattr(LearnerWorker, "_train_once", recording)
     agents = [tiny_agent(tmp_path / str(i), extra=["train.concurrent_learner=true"])
               for i in range(2)]
     for agent in agents:

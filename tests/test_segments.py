@@ -219,13 +219,14 @@ def test_learning_starts_after_the_warm_up_on_games_that_never_end(tmp_path, mon
         "train.eval_interval=0", "log.progress=false"])
     agent = MuZeroAgent(config)
     first_step = []
-    train_once = MuZeroAgent._train_once
+    train_steps = MuZeroAgent.train_steps
 
-    def recording(self):
-        first_step.append(self.env_steps)
-        train_once(self)
+    def recording(self, count):
+        if count:
+            first_step.append(self.env_steps)
+        train_steps(self, count)
 
-    monkeypatch.setattr(MuZeroAgent, "_train_once", recording)
+    monkeypatch.setattr(MuZeroAgent, "train_steps", recording)
     agent.learn(300)
     assert agent.episodes == 0 and agent.training_steps > 0
     # Two envs send 20 positions each every 20 steps, of which 19 become samples at once (the

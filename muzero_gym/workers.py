@@ -1,0 +1,270 @@
+"""The pieces every training backend shares: a self-play worker and a learner worker.
+
+Both are plain classes with narrow interfaces and know nothing of how they are driven: the
+local driver (:mod:`muzero_gym.local_driver`) runs one of each in the agent's process, the Ray
+driver (:mod:`muzero_gym.ray_driver`) runs self-play workers as Ray actors and the learner in
+the driver's process.
+
+- :class:`SelfPlayWorker`: its own vector env, search and network copy; ``play(moves)`` returns
+  what the moves produced (segments for the replay, finished episodes, search statistics),
+  ``set_weights`` takes new weights, ``flush`` sends what is unsent, ``state_dict`` saves the
+  games in progress where the envs can be restored.
+- :class:`LearnerWorker`: samples the replay, reanalyses and augments the batch, takes a
+  learner step and writes the new priorities back; ``train(steps)`` returns the metrics.
+
+:func:`inspect_env` and :func:`build_model` give what both need to know about the env and the
+network a config describes, so that a worker in another process builds the same network.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from muzero_gym.config import Config, ConfigError
+from muzero_gym.environment import make_env, make_vector_env
+from muzero_gym.game import Game, ObservationEncoder, stacked_shape
+from muzero_gym.learner import Learner
+from muzero_gym.mcts import BatchedMCTS, SearchSettings
+from muzero_gym.networks import MuZeroNetwork, build_network
+from muzero_gym.reanalyse import reanalyse
+from muzero_gym.replay import ReplayBuffer
+from muzero_gym.segment import Segment
+from muzero_gym.selfplay import SelfPlay
+from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
+from muzero_gym.symmetry import Symmetry, augment_batch, game_symmetries
+
+
+@dataclass
+class EnvFacts:
+    """What the networks, games and searches need to know about the env of a config."""
+
+    observation_space: gym.Space
+    num_actions: int
+    encoder: ObservationEncoder
+    input_shape: tuple[int, ...]
+    symmetries: list[Symmetry]
+
+
+def inspect_env(config: Config) -> EnvFacts:
+    """Makes one env of ``config`` and checks the config against it (true-simulator search,
+    symmetry augmentation)."""
+    train, env_config = config.train, config.env
+    if train.num_unroll_steps == 0 and not config.search.simulator:
+        raise ConfigError("train.num_unroll_steps = 0 never trains the dynamics function that "
+                          "a learned-model search steps: use it with search.simulator = true")
+    probe = make_env(env_config)
+    try:
+        if config.search.simulator:
+            check_simulator_env(probe)
+            if env_config.num_stacked_observations != 1 or env_config.stack_actions:
+                raise SimulatorError(
+                    "search.simulator = true evaluates single observations: set "
+                    "env.num_stacked_observations = 1 and env.stack_actions = false")
+        symmetries = game_symmetries(probe) if train.augment_symmetries else []
+        if train.augment_symmetries and not symmetries:
+            raise ConfigError(
+                f"train.augment_symmetries = true, but {type(probe.unwrapped).__name__} "
+                "declares no symmetries(): set it to false or add the method (see "
+                "muzero_gym.symmetry)")
+        if symmetries and env_config.stack_actions:
+            raise ConfigError("train.augment_symmetries does not rename the actions "
+                              "encoded in action planes: set env.stack_actions = false")
+        space, num_actions = probe.observation_space, int(probe.action_space.n)
+    finally:
+        probe.close()
+    encoder = ObservationEncoder(space, env_config.observation_layout)
+    shape = stacked_shape(encoder, env_config.num_stacked_observations, env_config.stack_actions,
+                          num_actions)
+    return EnvFacts(space, num_actions, encoder, shape, symmetries)
+
+
+def build_model(config: Config, facts: EnvFacts) -> MuZeroNetwork:
+    """The network ``config`` describes for the env of ``facts`` (random weights)."""
+    return build_network(config.model, facts.input_shape, facts.num_actions,
+                         image_input=facts.encoder.is_image)
+
+
+def new_game(config: Config, facts: EnvFacts) -> Game:
+    env = config.env
+    return Game(facts.num_actions, facts.encoder, env.num_stacked_observations,
+                env.stack_actions, env.num_players)
+
+
+@dataclass
+class PlayResult:
+    """What some moves of self-play produced."""
+
+    segments: list[Segment] = field(default_factory=list)
+    finished: list[Game] = field(default_factory=list)  # whole games (segment_length = 0)
+    abandoned: list[int] = field(default_factory=list)  # source ids the replay should end
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    num_transitions: int = 0
+    num_dropped: int = 0
+    search: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    seconds: float = 0.0
+    worker_id: int = 0
+
+
+class SelfPlayWorker:
+    """Self-play on its own vector env (see module doc). ``network`` is the worker's copy of
+    the weights (eval mode, on the inference device); ``worker_id`` keeps the ids of its games
+    apart from other workers'."""
+
+    def __init__(self, config: Config, facts: EnvFacts, network: MuZeroNetwork,
+                 rng: np.random.Generator, worker_id: int = 0):
+        self.config = config
+        self.facts = facts
+        self.network = network
+        self.rng = rng
+        self.worker_id = worker_id
+        self.search = BatchedMCTS(SearchSettings.from_config(config), facts.num_actions)
+        self.selfplay: SelfPlay | None = None
+        self.num_games_started = 0
+        self.saved_state: dict[str, Any] | None = None  # games to continue on start
+
+    def start(self) -> tuple[SelfPlay, list[int]]:
+        """The self-play envs, made on first use and kept between calls, so that games in
+        progress carry on; also the source ids of saved games it could not continue."""
+        lost: list[int] = []
+        if self.selfplay is None:
+            config = self.config
+            envs = make_vector_env(config.env)
+            simulator = None
+            if config.search.simulator:
+                simulator = SimulatorSearchAdapter(self.network, self.facts.encoder,
+                                                   make_env(config.env), self.facts.num_actions)
+            selfplay = SelfPlay(envs, self.network, self.search,
+                                lambda: new_game(config, self.facts), config.search, self.rng,
+                                simulator=simulator,
+                                split_on_life_loss=config.env.life_loss_terminal,
+                                env_id=config.env.id, non_finite=config.env.non_finite,
+                                segment_length=config.replay.segment_length,
+                                worker_id=self.worker_id)
+            selfplay.num_games_started = self.num_games_started
+            selfplay.reset(seed=int(self.rng.integers(2**31)))
+            if self.saved_state is not None:
+                lost = selfplay.load_state_dict(self.saved_state)
+                self.saved_state = None
+            self.selfplay = selfplay
+        return self.selfplay, lost
+
+    def play(self, num_moves: int, training_step: int) -> PlayResult:
+        """``num_moves`` moves in every env."""
+        selfplay, lost = self.start()
+        result = PlayResult(abandoned=lost, worker_id=self.worker_id)
+        start = time.perf_counter()
+        for _ in range(num_moves):
+            stats = selfplay.step(training_step)
+            result.segments += stats.segments
+            result.finished += stats.finished
+            result.abandoned += stats.abandoned
+            result.episode_returns += stats.episode_returns
+            result.episode_lengths += stats.episode_lengths
+            result.num_transitions += stats.num_transitions
+            result.num_dropped += stats.num_dropped
+            result.search["search/root_value"].append(stats.root_value)
+            result.search["search/visit_entropy"].append(stats.visit_entropy)
+            result.search["search/max_depth"].append(stats.max_depth)
+        self.num_games_started = selfplay.num_games_started
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def refresh(self) -> None:
+        """Call after the network's weights changed in place."""
+        if self.selfplay is not None:
+            self.selfplay.refresh()
+
+    def set_weights(self, state_dict: dict[str, Any]) -> None:
+        self.network.load_state_dict(state_dict)
+        self.refresh()
+
+    def flush(self) -> list[Segment]:
+        """Everything played and not yet sent (see :meth:`SelfPlay.flush`)."""
+        if self.selfplay is None:
+            return []
+        segments = self.selfplay.flush()
+        self.num_games_started = self.selfplay.num_games_started
+        return segments
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The games in progress (after :meth:`flush`), or None where they cannot be saved."""
+        if self.selfplay is None:
+            return self.saved_state
+        return self.selfplay.state_dict()
+
+    def running_games(self) -> list[int]:
+        return [] if self.selfplay is None else [int(s) for s in self.selfplay.source_ids]
+
+    def close(self) -> tuple[list[Segment], list[int]]:
+        """Closes the envs; returns what was unsent and the ids of the games that end here
+        (for the replay to end them)."""
+        if self.selfplay is None:
+            return [], []
+        selfplay, self.selfplay = self.selfplay, None
+        try:
+            segments = selfplay.flush()
+        except (RuntimeError, ValueError):
+            segments = []  # a game left inconsistent by an error: its unsent positions are lost
+        finally:
+            self.num_games_started = selfplay.num_games_started
+            selfplay.envs.close()
+        return segments, [int(s) for s in selfplay.source_ids]
+
+
+class LearnerWorker:
+    """Learner steps on batches of the replay (see module doc)."""
+
+    def __init__(self, config: Config, learner: Learner, replay: ReplayBuffer,
+                 rng: np.random.Generator, symmetries: list[Symmetry],
+                 num_actions: int):
+        self.config = config
+        self.learner = learner
+        self.replay = replay
+        self.rng = rng
+        self.symmetries = symmetries
+        train = config.train
+        settings = SearchSettings.from_config(config)
+        self.reanalyse_search = BatchedMCTS(
+            dataclasses.replace(settings, num_simulations=train.reanalyse_simulations
+                                or settings.num_simulations), num_actions)
+
+    def train(self, num_steps: int) -> dict[str, list[float]]:
+        """``num_steps`` learner steps; returns their metrics by TensorBoard tag."""
+        metrics: dict[str, list[float]] = collections.defaultdict(list)
+        for _ in range(num_steps):
+            self._train_once(metrics)
+        return metrics
+
+    def _train_once(self, metrics: dict[str, list[float]]) -> None:
+        train = self.config.train
+        need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
+        need_unrolled = train.consistency_loss_weight > 0 or (
+            train.reanalyse_policy and train.reanalyse_fraction > 0)
+        batch = self.replay.sample(train.batch_size, self.rng,
+                                   with_bootstrap_inputs=need_bootstrap,
+                                   with_unrolled_inputs=need_unrolled)
+        if train.reanalyse_fraction > 0:
+            reanalyse(batch, self.learner.target_network, self.reanalyse_search,
+                      train.reanalyse_fraction, self.rng, train.reanalyse_policy)
+        if self.symmetries:
+            augment_batch(batch, self.symmetries, self.rng)
+        step = self.learner.train_step(batch)
+        self.replay.update_priorities(batch.slots, batch.game_ids, step.pop("priorities"))
+        for key in ("total", "value", "reward", "policy", "consistency"):
+            metrics[f"losses/{key}"].append(step[key])
+        metrics["train/lr"].append(step["lr"])
+        metrics["train/grad_norm"].append(step["grad_norm"])
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The trained weights, on the CPU (to send to self-play workers)."""
+        return {k: v.detach().to("cpu", copy=True)
+                for k, v in self.learner.network.state_dict().items()}

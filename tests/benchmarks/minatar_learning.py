@@ -1,0 +1,99 @@
+"""MinAtar learning on a CPU: the ``minatar_<game>`` preset trained for a fixed wall-clock time.
+
+For each seed, trains for ``--minutes`` of training time (evaluations are not counted), with a
+greedy evaluation of ``--eval-episodes`` episodes every ``--eval-every`` env steps, then a final
+evaluation of ``--final-episodes`` episodes; prints the curve, the final mean with its standard
+error, and a uniformly random policy's mean on the same game. Needs the [minatar] extra.
+
+    python tests/benchmarks/minatar_learning.py [--game breakout] [--seeds 0 1 2]
+        [--minutes 30] [--eval-every 10000] [--set section.key=value ...]
+
+Games: asterix, breakout, freeway, seaquest, space_invaders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from muzero_gym.agents.muzero import MuZeroAgent
+from muzero_gym.config import load_config
+from muzero_gym.environment import register_envs
+
+GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
+
+
+def random_policy_mean(env_id: str, episodes: int, seed: int) -> float:
+    """Mean return of uniformly random actions (the MinAtar paper's baseline)."""
+    register_envs()
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    returns = []
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return float(np.mean(returns))
+
+
+def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episodes: int,
+             final_episodes: int, overrides: list[str]) -> dict:
+    config = load_config(f"minatar_{game}", [*overrides, f"train.seed={seed}",
+                                             "train.eval_interval=0", "log.progress=false"])
+    agent = MuZeroAgent(config)
+    trained, curve = 0.0, []
+    while trained < minutes * 60:
+        start = time.perf_counter()
+        agent.learn(agent.env_steps + eval_every, progress=False)
+        trained += time.perf_counter() - start
+        returns = agent.evaluate(eval_episodes, seed=seed)
+        curve.append((agent.env_steps, trained / 60, float(returns.mean())))
+        print(f"  {game} seed {seed}: {agent.env_steps:>8,} env steps, "
+              f"{agent.training_steps:>7,} learner steps, {trained / 60:5.1f} min, "
+              f"eval mean {returns.mean():6.2f}", flush=True)
+    final = agent.evaluate(final_episodes, seed=10_000 + seed)
+    agent.close()
+    return {"seed": seed, "env_steps": agent.env_steps, "learner_steps": agent.training_steps,
+            "minutes": trained / 60, "final_mean": float(final.mean()),
+            "final_sem": float(final.std(ddof=1) / np.sqrt(len(final))), "curve": curve}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", choices=GAMES, default="breakout")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--eval-every", type=int, default=10_000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--final-episodes", type=int, default=50)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    config = load_config(f"minatar_{args.game}", args.overrides)
+    print(f"{config.env.id}, preset minatar_{args.game}, {args.minutes:g} min per seed, "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"{platform.processor() or platform.machine()}", flush=True)
+    random_mean = random_policy_mean(config.env.id, 100, 0)
+    results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
+                        args.final_episodes, args.overrides) for s in args.seeds]
+    print(f"\n{config.env.id}: random policy mean {random_mean:.2f} (100 episodes)")
+    print(f"{'seed':>4} {'env steps':>10} {'learner':>8} {'minutes':>8} {'final mean':>11}")
+    for r in results:
+        print(f"{r['seed']:>4} {r['env_steps']:>10,} {r['learner_steps']:>8,} "
+              f"{r['minutes']:>8.1f} {r['final_mean']:>7.2f} +- {r['final_sem']:.2f}")
+    finals = np.array([r["final_mean"] for r in results])
+    print(f"mean over {len(finals)} seeds: {finals.mean():.2f} (min {finals.min():.2f}, "
+          f"max {finals.max():.2f})")
+
+
+if __name__ == "__main__":
+    main()
