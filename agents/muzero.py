@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from muzero_gym.checkpoint import (
     resolve_checkpoint_path,
     save_checkpoint,
 )
-from muzero_gym.config import Config, config_from_dict
+from muzero_gym.config import Config, check_execution_overrides, config_from_dict
 from muzero_gym.environment import EnvError, make_env, make_vector_env
 from muzero_gym.envs.opponents import make_opponent
 from muzero_gym.game import Game
@@ -261,15 +262,18 @@ class MuZeroAgent:
             return True
         return False
 
-    def after_moves(self, before: int, bar: Progress | None = None) -> None:
+    def after_moves(self, before: int, bar: Progress | None = None,
+                    evaluate: bool = True) -> bool:
         """What follows moves that took the env steps from ``before`` to now: TensorBoard
-        scalars every ``log.log_interval``, an evaluation every ``train.eval_interval``, a
-        checkpoint every ``log.checkpoint_interval`` env steps, the progress line."""
+        scalars every ``log.log_interval``, an evaluation every ``train.eval_interval`` (here,
+        unless ``evaluate`` is false: then the return value says one is due), a checkpoint
+        every ``log.checkpoint_interval`` env steps, the progress line."""
         config = self.config
         if _crossed(before, self.env_steps, config.log.log_interval):
             self._log()
-        if config.train.eval_interval and _crossed(before, self.env_steps,
-                                                   config.train.eval_interval):
+        eval_due = bool(config.train.eval_interval) and _crossed(
+            before, self.env_steps, config.train.eval_interval)
+        if eval_due and evaluate:
             self.evaluate_and_log()
         if self.run_dir is not None and _crossed(before, self.env_steps,
                                                  config.log.checkpoint_interval):
@@ -281,6 +285,7 @@ class MuZeroAgent:
             if self.last_eval_return is not None:
                 fields["eval"] = f"{self.last_eval_return:.1f}"
             bar.update(self.env_steps, **fields)
+        return eval_due
 
     def finish_learning(self) -> None:
         """The checkpoint at the end of :meth:`learn` (however it ends) and the logs' flush."""
@@ -364,28 +369,36 @@ class MuZeroAgent:
         one's result."""
         if self._last_eval is not None and self._last_eval[0] == self.env_steps:
             return self._last_eval[1]
+        result = self.run_evaluation(progress, seed=int(self.rng.integers(2**31)))
+        self.log_evaluation(result, self.env_steps)
+        return result
+
+    def run_evaluation(self, progress: bool = False,
+                       seed: int | None = None) -> MatchResult | np.ndarray:
+        """The run's evaluation (see :meth:`evaluate_and_log`), without logging it."""
         train = self.config.train
-        result: MatchResult | np.ndarray
         if self.config.env.num_players == 2:
-            opponent = make_opponent(train.eval_opponent, train.eval_opponent_depth,
-                                     seed=int(self.rng.integers(2**31)))
-            result = self.play_against(opponent, train.eval_episodes, progress=progress)
+            opponent = make_opponent(train.eval_opponent, train.eval_opponent_depth, seed=seed)
+            return self.play_against(opponent, train.eval_episodes, progress=progress)
+        return self.evaluate(train.eval_episodes, progress=progress, seed=seed)
+
+    def log_evaluation(self, result: MatchResult | np.ndarray, env_steps: int) -> None:
+        """Logs an evaluation made at ``env_steps`` (``eval/*`` tags)."""
+        if isinstance(result, MatchResult):
             self.last_eval_return = result.win_rate - result.loss_rate
             scalars = {"eval/win_rate": result.win_rate, "eval/draw_rate": result.draw_rate,
                        "eval/loss_rate": result.loss_rate}
         else:
-            result = self.evaluate(train.eval_episodes, progress=progress)
             self.last_eval_return = float(np.mean(result))
             scalars = {"eval/return_mean": self.last_eval_return}
             hns = human_normalized_score(self.config.env.id, self.last_eval_return)
             if hns is not None:
                 scalars["eval/hns"] = hns
-        self._last_eval = (self.env_steps, result)
+        self._last_eval = (env_steps, result)
         logger = self._open_logger()
         if logger is not None:
-            logger.scalars(scalars, self.env_steps)
+            logger.scalars(scalars, env_steps)
             logger.flush()
-        return result
 
     def play_against(self, opponent: Opponent, num_games: int, seed: int | None = None,
                      agent_seats: tuple[int, ...] = (0, 1), progress: bool = False,
@@ -580,9 +593,12 @@ class MuZeroAgent:
 
     @classmethod
     def load(cls, path: str | Path, run_dir: str | Path | None = None,
-             expect_env_id: str | None = None, trust_env_module: bool = False) -> MuZeroAgent:
+             expect_env_id: str | None = None, trust_env_module: bool = False,
+             overrides: Iterable[str] = ()) -> MuZeroAgent:
         """Rebuilds an agent from a checkpoint file or run folder; the env must still have the
         same spaces. ``expect_env_id`` turns a checkpoint of another env into an error.
+        ``overrides`` may change how the run executes (``train.backend`` and the other
+        :data:`~muzero_gym.config.EXECUTION_KEYS`), nothing it learns.
 
         A checkpoint never imports code by itself: one whose env id names a module
         (``module:EnvId``, which Gymnasium imports to make the env) is refused unless the
@@ -593,7 +609,8 @@ class MuZeroAgent:
         if expect_env_id is not None and state["env_id"] != expect_env_id:
             raise CheckpointError(f"checkpoint {path} is for env {state['env_id']!r}, not "
                                   f"{expect_env_id!r}")
-        config = config_from_dict(state["config"], preset=state["preset"])
+        config = config_from_dict(state["config"], preset=state["preset"]).replace(
+            check_execution_overrides(overrides))
         env_id = config.env.id
         if ":" in env_id and not trust_env_module and expect_env_id != env_id:
             module = env_id.split(":", 1)[0]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from muzero_gym.config import ConfigError, list_presets, load_config
+from muzero_gym.config import ConfigError, check_execution_overrides, list_presets, load_config
 
 
 class Stopped(KeyboardInterrupt):
@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--run-name", help="run folder name (log.run_name)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
     train.add_argument("--no-progress", action="store_true", help="no progress line")
+    train.add_argument("--ray-address", metavar="ADDRESS",
+                       help="train.backend = ray: join the Ray cluster at ADDRESS (default: "
+                            "start one on this machine, listening on 127.0.0.1)")
     _add_trust(train)
 
     evaluate = sub.add_parser("eval", help="evaluate a trained agent greedily")
@@ -174,12 +177,14 @@ def _train(args: argparse.Namespace) -> int:
         settings.append(f"log.run_name={args.run_name}")
 
     if args.resume:
-        if settings:
-            raise ConfigError("a resumed run keeps its config; only --env-steps may change")
+        if len(settings) != len(args.overrides):
+            raise ConfigError("a resumed run keeps its config: --seed, --logdir and --run-name "
+                              "cannot change")
         expect = load_config(args.target).env.id if args.target else None
         run_dir = Path(args.resume)
         agent = MuZeroAgent.load(run_dir, run_dir=run_dir, expect_env_id=expect,
-                                 trust_env_module=args.trust_env_module)
+                                 trust_env_module=args.trust_env_module,
+                                 overrides=check_execution_overrides(args.overrides))
         agent.lock_run_dir()
         print(f"resuming {run_dir} at {agent.env_steps:,} env steps, "
               f"{agent.training_steps:,} learner steps")
@@ -199,6 +204,7 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"{run_dir} already holds a run; use --resume {run_dir} or "
                               "another --run-name")
         print(f"training {config.env.id} ({config.preset}) -> {run_dir}")
+    agent.ray_address = args.ray_address
     total = args.env_steps if args.env_steps is not None else agent.config.train.env_steps
     try:
         with agent:

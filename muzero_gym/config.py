@@ -377,6 +377,26 @@ class LogConfig(_Section):
                               "not '.' or '..')")
 
 
+# Keys that say how a run executes, not what it learns: a resumed run may change them (move
+# to the other backend, another device, more actors) and stays the same run.
+EXECUTION_KEYS = frozenset({
+    "train.backend", "train.num_actors", "train.actor_moves", "train.max_ratio_drift",
+    "train.device", "train.inference_device", "train.num_threads", "train.concurrent_learner",
+    "env.num_env_threads", "log.progress",
+})
+
+
+def check_execution_overrides(overrides: Iterable[str]) -> list[str]:
+    """``overrides`` if each sets one of :data:`EXECUTION_KEYS`; else a ConfigError."""
+    overrides = list(overrides)
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key not in EXECUTION_KEYS:
+            raise ConfigError(f"a resumed run keeps its config; --set may change only how it "
+                              f"runs ({', '.join(sorted(EXECUTION_KEYS))}), not {key}")
+    return overrides
+
+
 SECTIONS: dict[str, type] = {
     "env": EnvConfig, "model": ModelConfig, "search": SearchConfig,
     "replay": ReplayConfig, "train": TrainConfig, "log": LogConfig,

@@ -109,7 +109,7 @@ class PlayResult:
     episode_lengths: list[int] = field(default_factory=list)
     num_transitions: int = 0
     num_dropped: int = 0
-    search: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    search: dict[str, list[float]] = field(default_factory=dict)  # search statistics by tag
     seconds: float = 0.0
     worker_id: int = 0
 
@@ -171,9 +171,10 @@ class SelfPlayWorker:
             result.episode_lengths += stats.episode_lengths
             result.num_transitions += stats.num_transitions
             result.num_dropped += stats.num_dropped
-            result.search["search/root_value"].append(stats.root_value)
-            result.search["search/visit_entropy"].append(stats.visit_entropy)
-            result.search["search/max_depth"].append(stats.max_depth)
+            for tag, value in (("search/root_value", stats.root_value),
+                               ("search/visit_entropy", stats.visit_entropy),
+                               ("search/max_depth", stats.max_depth)):
+                result.search.setdefault(tag, []).append(value)
         self.num_games_started = selfplay.num_games_started
         result.seconds = time.perf_counter() - start
         return result
