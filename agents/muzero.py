@@ -122,6 +122,9 @@ class MuZeroAgent:
         self._run_lock = RunLock(self.run_dir) if self.run_dir is not None else None
         self._acting_simulator: SimulatorSearchAdapter | None = None
         self._rate_start = (time.perf_counter(), 0, 0)  # for perf/*_per_s
+        # (time, env steps, learner steps) when the last learn() had started up (its first
+        # moves made, every Ray actor running): rates from there on leave start-up out.
+        self.steady_start: tuple[float, int, int] | None = None
         self.ray_address: str | None = None  # train.backend = "ray": a cluster to join
 
     # ---- construction helpers --------------------------------------------------------------
@@ -205,6 +208,7 @@ class MuZeroAgent:
             self._open_logger()
             show = self.config.log.progress if progress is None else progress
             self._rate_start = (time.perf_counter(), self.env_steps, self.training_steps)
+            self.steady_start = None
             if self.config.train.backend == "ray":
                 from muzero_gym.ray_driver import run_ray
 
@@ -288,16 +292,35 @@ class MuZeroAgent:
         return eval_due
 
     def finish_learning(self) -> None:
-        """The checkpoint at the end of :meth:`learn` (however it ends) and the logs' flush."""
+        """The checkpoint at the end of :meth:`learn` (however it ends), the scalars gathered
+        since the last log, and the logs' flush."""
         try:
             if self.run_dir is not None:
                 self.save(self.run_dir)
         finally:
             if self._logger is not None:
+                if self._metrics:
+                    self._log()
                 self._logger.flush()
 
-    def log_scalars(self, values: dict[str, float]) -> None:
-        """Adds scalars (per-actor rates, fault counts) to the next TensorBoard log."""
+    def mark_steady(self) -> None:
+        self.steady_start = (time.perf_counter(), self.env_steps, self.training_steps)
+
+    def steady_rates(self) -> tuple[float, float]:
+        """(env steps/s, learner steps/s) of the last learn() since it had started up."""
+        if self.steady_start is None:
+            return 0.0, 0.0
+        start, env_steps, training_steps = self.steady_start
+        seconds = max(time.perf_counter() - start, 1e-9)
+        return ((self.env_steps - env_steps) / seconds,
+                (self.training_steps - training_steps) / seconds)
+
+    def log_scalars(self, values: dict[str, float], now: bool = False) -> None:
+        """Adds scalars (per-actor rates) to the next TensorBoard log, or with ``now`` writes
+        them at once (fault counts)."""
+        if now and self._logger is not None:
+            self._logger.scalars(values, self.env_steps)
+            return
         for key, value in values.items():
             self._metrics[key].append(float(value))
 

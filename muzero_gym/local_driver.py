@@ -44,6 +44,8 @@ def run_local(agent: MuZeroAgent, total_env_steps: int, show_progress: bool) -> 
                 if training is not None:
                     training.result()
             agent.receive(result)
+            if agent.steady_start is None:
+                agent.mark_steady()
             if learner_thread is None:
                 agent.train_steps(agent.take_due_steps())
             agent.sync_if_due()

@@ -7,8 +7,8 @@ and machines:
   :class:`~muzero_gym.workers.SelfPlayWorker` with its own vector env, search and copy of the
   network (on the CPU, or a share of a GPU with ``train.inference_device = "cuda"``). An actor
   makes ``train.actor_moves`` moves in all its envs per call and returns what they produced
-  (segments of its games); the driver hands it the next call at once, so actors never wait for
-  the learner unless the replay ratio says so.
+  (segments of its games). Each actor has its next call queued while the driver takes in the
+  last one, so actors never wait for the learner unless the replay ratio says so.
 - The learner and the replay stay in the driver's process (on its GPU if it has one): sampling
   needs the whole replay for every batch, and keeping it beside the learner saves moving a
   batch across processes each step, while segments cross once. Priorities, reanalyse and
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from muzero_gym.agents.muzero import MuZeroAgent
 
 ACTOR_TIMEOUT_S = 120.0  # how long the end of a run waits for an actor's last results
+CALLS_PER_ACTOR = 2  # an actor's next call waits in its queue while the driver takes a result
 
 
 def import_ray():
@@ -188,8 +189,10 @@ class _Driver:
         self.eval_class = ray.remote(num_cpus=1, max_restarts=-1)(EvaluationActor)
         self.num_actors = train.num_actors
         self.actors: dict[int, Any] = {}
-        self.in_flight: dict[Any, int] = {}  # object ref of a play call -> actor index
-        self.paused: set[int] = set()
+        # object ref of a play call -> (actor index, its number among the actor's calls)
+        self.in_flight: dict[Any, tuple[int, int]] = {}
+        self.calls_made: dict[int, int] = {}
+        self.dead_through: dict[int, int] = {}  # calls up to this one died with the actor
         self.version = 0
         self.weights_ref: Any = None
         self.restarts = 0
@@ -210,8 +213,9 @@ class _Driver:
         if self.config.train.eval_interval:
             self.evaluator = self.eval_class.remote(self.config.to_dict(), self.config.preset)
         for i in self.actors:
-            self.submit(i)
-        agent.log_scalars({"faults/actor_restarts": 0.0})
+            self.calls_made[i] = self.dead_through[i] = 0
+            self.top_up(i)
+        agent.log_scalars({"faults/actor_restarts": float(self.restarts)}, now=True)
 
     def publish_weights(self) -> None:
         """New weights in the object store for the actors; the driver's own acting copy
@@ -220,23 +224,31 @@ class _Driver:
         self.version += 1
         self.agent.sync_selfplay_weights()
 
-    def submit(self, i: int) -> None:
-        ref = self.actors[i].play.remote(self.config.train.actor_moves,
-                                         self.agent.training_steps,
-                                         [self.version, self.weights_ref])
-        self.in_flight[ref] = i
+    def top_up(self, i: int) -> None:
+        """Queues calls of actor ``i`` up to CALLS_PER_ACTOR (none while the learner is
+        behind: the actor then pauses)."""
+        queued = sum(1 for actor, _ in self.in_flight.values() if actor == i)
+        while queued < CALLS_PER_ACTOR and not self.learner_behind():
+            self.calls_made[i] += 1
+            ref = self.actors[i].play.remote(self.config.train.actor_moves,
+                                             self.agent.training_steps,
+                                             [self.version, self.weights_ref])
+            self.in_flight[ref] = (i, self.calls_made[i])
+            queued += 1
 
     def collect(self, ref: Any) -> PlayResult | None:
-        """The result of a finished play call, or None if its actor died (counted, its games
-        ended in the replay, the call resubmitted to the restarted actor)."""
-        i = self.in_flight.pop(ref)
+        """The result of a finished play call, or None if its actor died: then the death is
+        counted once (the calls queued with it fail too) and its games end in the replay;
+        Ray restarts the actor and the next calls go to it."""
+        i, call = self.in_flight.pop(ref)
         try:
             return self.ray.get(ref)
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError):
-            self.restarts += 1
-            self.agent.log_scalars({"faults/actor_restarts": float(self.restarts)})
-            self.end_games_of(i + 1)
-            self.submit(i)
+            if call > self.dead_through[i]:
+                self.restarts += 1
+                self.dead_through[i] = self.calls_made[i]
+                self.agent.log_scalars({"faults/actor_restarts": float(self.restarts)}, now=True)
+                self.end_games_of(i + 1)
             return None
 
     def end_games_of(self, worker_id: int) -> None:
@@ -263,7 +275,10 @@ class _Driver:
 
     def loop(self, total_env_steps: int, bar: Progress) -> None:
         agent, ray = self.agent, self.ray
+        reported: set[int] = set()
         while agent.env_steps < total_env_steps:
+            if len(reported) == self.num_actors and agent.steady_start is None:
+                agent.mark_steady()  # every actor is up: rates from here leave out start-up
             before = agent.env_steps
             ready = []
             if self.in_flight:
@@ -272,29 +287,24 @@ class _Driver:
                 if not ready and not self.can_train():
                     ready, _ = ray.wait(list(self.in_flight), num_returns=1)
             for ref in ready:
-                i = self.in_flight[ref]
+                i = self.in_flight[ref][0]
                 result = self.collect(ref)
-                if result is None:
-                    continue
-                agent.receive(result)
-                if result.seconds > 0:
-                    rate = result.num_transitions / result.seconds
-                    agent.log_scalars({"perf/actor_env_steps_per_s": rate,
-                                       f"perf/actor_env_steps_per_s/actor_{i}": rate})
-                if self.learner_behind():
-                    self.paused.add(i)
-                else:
-                    self.submit(i)
+                if result is not None:
+                    agent.receive(result)
+                    reported.add(i)
+                    if result.seconds > 0:
+                        rate = result.num_transitions / result.seconds
+                        agent.log_scalars({"perf/actor_env_steps_per_s": rate,
+                                           f"perf/actor_env_steps_per_s/actor_{i}": rate})
+                self.top_up(i)
             if self.can_train():
                 agent._train_credit -= 1.0  # may go below 0: the learner ran ahead
                 agent.train_steps(1)
                 if agent.training_steps - agent._last_sync_step >= \
                         self.config.train.weight_sync_interval:
                     self.publish_weights()
-            if self.paused and not self.learner_behind():
-                for i in sorted(self.paused):
-                    self.submit(i)
-                self.paused.clear()
+            for i in self.actors:  # actors paused for the learner start again
+                self.top_up(i)
             if agent.after_moves(before, bar, evaluate=False):
                 self.eval_pending.append(agent.env_steps)
             self.poll_evaluation()
