@@ -88,7 +88,8 @@ class MuZeroAgent:
         # The learner draws its batches from its own generator when it runs in its own thread
         # (or beside Ray actors), so that neither side's draws depend on timing.
         self.learner_rng = (np.random.default_rng([train.seed, 1])
-                            if train.concurrent_learner or train.backend == "ray" else self.rng)
+                            if train.concurrent_learner or train.backend == "ray"
+                            or self.device.type == "cuda" else self.rng)
         torch.manual_seed(train.seed)
         network = build_model(config, self.facts)
         self.learner = Learner(network, train, self.device)

@@ -69,16 +69,23 @@ class Learner:
         self.target_network = copy.deepcopy(self.network).eval()
         for p in self.target_network.parameters():
             p.requires_grad_(False)
+        # On a GPU the optimizer updates every parameter in one fused kernel.
+        fused = {"fused": True} if self.device.type == "cuda" else {}
         if config.optimizer == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
                 self.network.parameters(), lr=config.lr_init, momentum=config.momentum,
-                weight_decay=config.weight_decay)
+                weight_decay=config.weight_decay, **fused)
         else:
             self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr_init,
-                                              weight_decay=config.weight_decay)
+                                              weight_decay=config.weight_decay, **fused)
         self.training_step = 0
 
-    def _tensor(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def _tensor(self, array: np.ndarray | torch.Tensor,
+                dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A batch array on the learner's device; pinned host tensors (:func:`pin_batch`)
+        are copied without waiting."""
+        if isinstance(array, torch.Tensor):
+            return array.to(self.device, dtype=dtype, non_blocking=True)
         return torch.as_tensor(array, dtype=dtype, device=self.device)
 
     def value_targets(self, batch: Batch) -> torch.Tensor:
@@ -206,3 +213,15 @@ class Learner:
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-sample cross-entropy of ``logits`` [B, C] against a distribution ``target`` [B, C]."""
     return -(target * F.log_softmax(logits, dim=-1)).sum(-1)
+
+
+def pin_batch(batch: Batch) -> Batch:
+    """The batch's arrays the learner reads as pinned host tensors, so that their copies to a
+    GPU overlap the work already queued there (done while the GPU trains on the previous
+    batch). Arrays that reanalyse or augmentation still change stay numpy."""
+    for name in ("observations", "actions", "target_reward", "value_mask", "policy_mask",
+                 "weights"):
+        value = getattr(batch, name)
+        if isinstance(value, np.ndarray):
+            setattr(batch, name, torch.from_numpy(np.ascontiguousarray(value)).pin_memory())
+    return batch

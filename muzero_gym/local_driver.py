@@ -4,9 +4,11 @@ One loop, top to bottom: a move in every env of the agent's :class:`~muzero_gym.
 SelfPlayWorker`, its segments into the replay, the learner steps those moves earned
 (``train.replay_ratio`` per env step once ``train.warmup_transitions`` are stored), the weights
 to self-play every ``train.weight_sync_interval`` learner steps, then logs, evaluations and
-checkpoints at their intervals. With ``train.concurrent_learner`` the learner steps earned by
-one move run in a second thread while self-play makes the next move (the learner sees the
-replay one move late and draws from its own generator, so a seed's run stays reproducible).
+checkpoints at their intervals. With ``train.concurrent_learner``, and always with a GPU
+learner, the learner steps earned by one move run in a second thread while self-play makes the
+next move (the learner sees the replay one move late and draws from its own generator, so a
+seed's run stays reproducible; on a GPU the learner's thread leaves the interpreter to
+self-play while its kernels run).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ if TYPE_CHECKING:
 def run_local(agent: MuZeroAgent, total_env_steps: int, show_progress: bool) -> None:
     """Trains ``agent`` until ``total_env_steps`` env steps in total (see module doc)."""
     bar = Progress(total_env_steps, "env steps", initial=agent.env_steps, enabled=show_progress)
-    learner_thread = (ThreadPoolExecutor(1, thread_name_prefix="learner")
-                      if agent.config.train.concurrent_learner else None)
+    threaded = agent.config.train.concurrent_learner or agent.device.type == "cuda"
+    learner_thread = ThreadPoolExecutor(1, thread_name_prefix="learner") if threaded else None
     try:
         while agent.env_steps < total_env_steps:
             before = agent.env_steps

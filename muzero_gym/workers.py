@@ -10,7 +10,10 @@ the driver's process.
   ``set_weights`` takes new weights, ``flush`` sends what is unsent, ``state_dict`` saves the
   games in progress where the envs can be restored.
 - :class:`LearnerWorker`: samples the replay, reanalyses and augments the batch, takes a
-  learner step and writes the new priorities back; ``train(steps)`` returns the metrics.
+  learner step and writes the new priorities back; ``train(steps)`` returns the metrics. With
+  a GPU learner it samples the next batch (into pinned memory) in a second thread while the
+  GPU trains on the current one; the batch then sees the priorities of one step before, the
+  same ones on every run.
 
 :func:`inspect_env` and :func:`build_model` give what both need to know about the env and the
 network a config describes, so that a worker in another process builds the same network.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,11 +35,11 @@ import torch
 from muzero_gym.config import Config, ConfigError
 from muzero_gym.environment import make_env, make_vector_env
 from muzero_gym.game import Game, ObservationEncoder, stacked_shape
-from muzero_gym.learner import Learner
+from muzero_gym.learner import Learner, pin_batch
 from muzero_gym.mcts import BatchedMCTS, SearchSettings
 from muzero_gym.networks import MuZeroNetwork, build_network
 from muzero_gym.reanalyse import reanalyse
-from muzero_gym.replay import ReplayBuffer
+from muzero_gym.replay import Batch, ReplayBuffer
 from muzero_gym.segment import Segment
 from muzero_gym.selfplay import SelfPlay
 from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
@@ -226,12 +230,18 @@ class LearnerWorker:
 
     def __init__(self, config: Config, learner: Learner, replay: ReplayBuffer,
                  rng: np.random.Generator, symmetries: list[Symmetry],
-                 num_actions: int):
+                 num_actions: int, prefetch: bool | None = None):
         self.config = config
         self.learner = learner
         self.replay = replay
         self.rng = rng
         self.symmetries = symmetries
+        self.prefetch = learner.device.type == "cuda" if prefetch is None else prefetch
+        self._sampler = ThreadPoolExecutor(1, thread_name_prefix="sampler") \
+            if self.prefetch else None
+        # The sampler thread draws from ``rng``; reanalyse, beside it, from its own generator.
+        self._reanalyse_rng = (np.random.default_rng(int(rng.integers(2**63)))
+                               if self.prefetch else rng)
         train = config.train
         settings = SearchSettings.from_config(config)
         self.reanalyse_search = BatchedMCTS(
@@ -241,11 +251,24 @@ class LearnerWorker:
     def train(self, num_steps: int) -> dict[str, list[float]]:
         """``num_steps`` learner steps; returns their metrics by TensorBoard tag."""
         metrics: dict[str, list[float]] = collections.defaultdict(list)
-        for _ in range(num_steps):
-            self._train_once(metrics)
+        if self._sampler is None:
+            for _ in range(num_steps):
+                self._train_once(self._sample(), metrics)
+            return metrics
+        batch = self._sample(pinned=True)
+        for k in range(num_steps):
+            following = self._sampler.submit(self._sample, True) if k + 1 < num_steps \
+                else None
+            priorities = self._train_once(batch, metrics, update=False)
+            if following is not None:
+                batch_next = following.result()  # sampled before these priorities land
+            self.replay.update_priorities(batch.slots, batch.game_ids, priorities)
+            if following is not None:
+                batch = batch_next
         return metrics
 
-    def _train_once(self, metrics: dict[str, list[float]]) -> None:
+    def _sample(self, pinned: bool = False) -> Batch:
+        """A batch, augmented (and with ``pinned``, its arrays in pinned host memory)."""
         train = self.config.train
         need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
         need_unrolled = train.consistency_loss_weight > 0 or (
@@ -253,17 +276,25 @@ class LearnerWorker:
         batch = self.replay.sample(train.batch_size, self.rng,
                                    with_bootstrap_inputs=need_bootstrap,
                                    with_unrolled_inputs=need_unrolled)
-        if train.reanalyse_fraction > 0:
-            reanalyse(batch, self.learner.target_network, self.reanalyse_search,
-                      train.reanalyse_fraction, self.rng, train.reanalyse_policy)
         if self.symmetries:
             augment_batch(batch, self.symmetries, self.rng)
+        return pin_batch(batch) if pinned and self.learner.device.type == "cuda" else batch
+
+    def _train_once(self, batch: Batch, metrics: dict[str, list[float]],
+                    update: bool = True) -> np.ndarray:
+        train = self.config.train
+        if train.reanalyse_fraction > 0:  # here: it reads the target network the step updates
+            reanalyse(batch, self.learner.target_network, self.reanalyse_search,
+                      train.reanalyse_fraction, self._reanalyse_rng, train.reanalyse_policy)
         step = self.learner.train_step(batch)
-        self.replay.update_priorities(batch.slots, batch.game_ids, step.pop("priorities"))
+        priorities = step.pop("priorities")
+        if update:
+            self.replay.update_priorities(batch.slots, batch.game_ids, priorities)
         for key in ("total", "value", "reward", "policy", "consistency"):
             metrics[f"losses/{key}"].append(step[key])
         metrics["train/lr"].append(step["lr"])
         metrics["train/grad_norm"].append(step["grad_norm"])
+        return priorities
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The trained weights, on the CPU (to send to self-play workers)."""

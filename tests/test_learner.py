@@ -122,3 +122,26 @@ def test_consistency_loss_trains_the_projection():
     assert -1.0 <= after < before <= 0.0 + 1e-6
     with pytest.raises(ValueError, match="with_unrolled_inputs"):
         learner.compute_loss(replay.sample(4, np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_learner_worker_runs_are_reproducible_with_and_without_prefetch(prefetch):
+    """With prefetch the next batch is sampled while the current one trains, before the
+    current step's priorities land: the same every run, so a seed's run is reproducible."""
+    from muzero_gym.config import Config
+    from muzero_gym.workers import LearnerWorker
+
+    runs = []
+    for _ in range(2):
+        learner = make_learner(reanalyse_fraction=0.5)
+        replay = filled_replay()
+        config = Config(train=learner.config)
+        worker = LearnerWorker(config, learner, replay, np.random.default_rng(3), [], 2,
+                               prefetch=prefetch)
+        metrics = worker.train(7)
+        assert len(metrics["losses/total"]) == 7 and learner.training_step == 7
+        runs.append(([p.detach().clone() for p in learner.network.parameters()],
+                     replay.priorities()))
+    (first, first_priorities), (second, second_priorities) = runs
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    np.testing.assert_array_equal(first_priorities, second_priorities)

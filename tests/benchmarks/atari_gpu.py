@@ -45,7 +45,7 @@ def main() -> None:
               f"{(now - start) / 60:4.1f} min", flush=True)
         last_steps, last_train, last_time = agent.env_steps, agent.training_steps, now
     elapsed = time.perf_counter() - start
-    selfplay = agent._selfplay
+    selfplay = agent.selfplay_worker.selfplay
     timings = selfplay.timings if selfplay is not None else {}
     print(f"\n{agent.env_steps:,} agent steps in {elapsed / 60:.1f} min: "
           f"{agent.env_steps / elapsed:.1f} agent steps/s, "
@@ -56,6 +56,14 @@ def main() -> None:
         print("self-play time split: " + ", ".join(f"{k} {v / total:.0%}"
                                                    for k, v in timings.items()))
     print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    # One learner step alone (sampling in the background thread, as in training).
+    agent.train_steps(5)
+    torch.cuda.synchronize()
+    count, start = 50, time.perf_counter()
+    agent.train_steps(count)
+    torch.cuda.synchronize()
+    print(f"learner step: {(time.perf_counter() - start) / count * 1000:.1f} ms "
+          f"(batch {config.train.batch_size}, K = {config.train.num_unroll_steps})")
     agent.close()
 
 
