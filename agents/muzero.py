@@ -402,8 +402,13 @@ class MuZeroAgent:
         """The run's evaluation (see :meth:`evaluate_and_log`), without logging it."""
         train = self.config.train
         if self.config.env.num_players == 2:
-            opponent = make_opponent(train.eval_opponent, train.eval_opponent_depth, seed=seed)
-            return self.play_against(opponent, train.eval_episodes, progress=progress)
+            opponent = make_opponent(train.eval_opponent, train.eval_opponent_depth, seed=seed,
+                                     level=train.eval_opponent_level)
+            try:
+                return self.play_against(opponent, train.eval_episodes, progress=progress)
+            finally:
+                if hasattr(opponent, "close"):
+                    opponent.close()
         return self.evaluate(train.eval_episodes, progress=progress, seed=seed)
 
     def log_evaluation(self, result: MatchResult | np.ndarray, env_steps: int) -> None:

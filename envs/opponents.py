@@ -138,12 +138,27 @@ def _centre_first(mask: np.ndarray) -> list[int]:
     return sorted(actions.tolist(), key=lambda a: abs(a - centre))
 
 
-def make_opponent(name: str, depth: int = 2, seed: int | None = None):
-    """``random``, ``perfect`` (:class:`MinimaxOpponent`) or ``alphabeta`` of ``depth``."""
+OPPONENTS = ("random", "perfect", "alphabeta", "gnugo", "stockfish", "gnushogi")
+
+
+def make_opponent(name: str, depth: int = 2, seed: int | None = None, level: int = 1,
+                  engine_path: str | None = None):
+    """``random``, ``perfect`` (:class:`MinimaxOpponent`), ``alphabeta`` of ``depth``, or an
+    engine (:mod:`muzero_gym.envs.engines`): ``gnugo`` (Go; ``level`` 1-10), ``stockfish``
+    (chess; Skill Level ``level`` 0-20, 1000 nodes a move) or ``gnushogi`` (shogi; search
+    depth ``level``), found on PATH or at ``engine_path``."""
     if name == "random":
         return RandomOpponent(seed)
     if name == "perfect":
         return MinimaxOpponent(seed)
     if name == "alphabeta":
         return AlphaBetaOpponent(depth, seed)
-    raise ValueError(f"unknown opponent {name!r}: use random, perfect or alphabeta")
+    from muzero_gym.envs import engines
+
+    if name == "gnugo":
+        return engines.GTPOpponent(level, engine_path, seed)
+    if name == "stockfish":
+        return engines.UCIOpponent(level, path=engine_path, seed=seed)
+    if name == "gnushogi":
+        return engines.GnuShogiOpponent(level, engine_path, seed)
+    raise ValueError(f"unknown opponent {name!r}: use {', '.join(OPPONENTS)}")

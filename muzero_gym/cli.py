@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from muzero_gym.config import ConfigError, check_execution_overrides, list_presets, load_config
+from muzero_gym.envs.opponents import OPPONENTS
 
 
 class Stopped(KeyboardInterrupt):
@@ -96,9 +97,15 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
     evaluate.add_argument("--render", action="store_true", help="show the env while playing")
     evaluate.add_argument("--seed", type=int, help="seed of the evaluation envs")
-    evaluate.add_argument("--opponent", choices=("random", "perfect", "alphabeta"),
-                          help="two-player games: opponent (default train.eval_opponent)")
+    evaluate.add_argument("--opponent", choices=OPPONENTS,
+                          help="two-player games: opponent (default train.eval_opponent); "
+                               "gnugo, stockfish and gnushogi are engines to install "
+                               "(apt-get install gnugo stockfish gnushogi)")
     evaluate.add_argument("--depth", type=int, help="search depth of the alphabeta opponent")
+    evaluate.add_argument("--level", type=int, help="engine opponent's strength (GNU Go level, "
+                                                    "Stockfish Skill Level, GNU Shogi depth)")
+    evaluate.add_argument("--engine-path", help="the engine opponent's binary (default: found "
+                                                "on PATH or in /usr/games)")
     _add_simulations(evaluate)
     evaluate.add_argument("--opening-plies", type=int, metavar="N",
                           help="two players: open each game with N random moves, pairs of games "
@@ -113,6 +120,13 @@ def _parser() -> argparse.ArgumentParser:
     play.add_argument("--seed", type=int, help="seed of the env")
     _add_simulations(play)
     _add_env(play)
+
+    for protocol, game in (("gtp", "Go"), ("uci", "chess"), ("usi", "shogi")):
+        engine = sub.add_parser(protocol, help=f"run a trained {game} agent as a "
+                                               f"{protocol.upper()} engine on stdin/stdout")
+        engine.add_argument("checkpoint", help="a run folder or a checkpoint file")
+        _add_simulations(engine)
+        _add_env(engine)
 
     sub.add_parser("presets", help="list the shipped presets")
     config = sub.add_parser("config", help="print the resolved config as TOML")
@@ -236,11 +250,17 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _opponent(name: str, depth: int, seed: int | None):
+def _opponent(name: str, depth: int, seed: int | None, level: int = 1,
+              engine_path: str | None = None):
+    from muzero_gym.envs.engines import EngineNotFound
     from muzero_gym.envs.opponents import make_opponent
 
     _positive("--depth", depth)
-    return make_opponent(name, depth, seed)
+    _positive("--level", level, low=0)
+    try:
+        return make_opponent(name, depth, seed, level, engine_path)
+    except EngineNotFound as e:
+        raise ConfigError(str(e)) from None
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -250,6 +270,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     train = agent.config.train
     two_player_only = [flag for flag, value in (("--opponent", args.opponent),
                                                 ("--depth", args.depth),
+                                                ("--level", args.level),
+                                                ("--engine-path", args.engine_path),
                                                 ("--opening-plies", args.opening_plies))
                        if value is not None]
     if agent.config.env.num_players == 2:
@@ -257,9 +279,15 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise ConfigError("--render shows single-player envs; watch a two-player game "
                               f"with: muzero-gym play {args.checkpoint} --watch")
         name = args.opponent or train.eval_opponent
-        opponent = _opponent(name, args.depth or train.eval_opponent_depth, args.seed)
-        result = agent.play_against(opponent, args.episodes, seed=args.seed, progress=True,
-                                    opening_plies=args.opening_plies)
+        level = args.level if args.level is not None else train.eval_opponent_level
+        opponent = _opponent(name, args.depth or train.eval_opponent_depth, args.seed, level,
+                             args.engine_path)
+        try:
+            result = agent.play_against(opponent, args.episodes, seed=args.seed, progress=True,
+                                        opening_plies=args.opening_plies)
+        finally:
+            if hasattr(opponent, "close"):
+                opponent.close()
         print(f"{agent.config.env.id} against {name}: {result.summary()}")
         return 0
     if two_player_only:
@@ -268,6 +296,28 @@ def _evaluate(args: argparse.Namespace) -> int:
     returns = agent.evaluate(args.episodes, render=args.render, progress=True, seed=args.seed)
     print(f"{agent.config.env.id}: return {np.mean(returns):.1f} +- {np.std(returns):.1f} "
           f"over {len(returns)} episodes (min {np.min(returns):.1f}, max {np.max(returns):.1f})")
+    return 0
+
+
+ENGINE_ENVS = {"gtp": ("GoEnv", "Go"), "uci": ("ChessEnv", "chess"),
+               "usi": ("ShogiEnv", "shogi")}
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from muzero_gym import protocols
+    from muzero_gym.environment import make_env
+
+    agent = _load_acting_agent(args)
+    probe = make_env(agent.config.env)
+    kind = type(probe.unwrapped).__name__
+    probe.close()
+    expected, game = ENGINE_ENVS[args.command]
+    if kind != expected:
+        raise ConfigError(f"{args.command} runs {game} agents; this one plays "
+                          f"{agent.config.env.id}")
+    frontend = {"gtp": protocols.GTPEngine, "uci": protocols.UCIEngine,
+                "usi": protocols.USIEngine}[args.command](agent)
+    frontend.run()
     return 0
 
 
@@ -305,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _train(args)
         if args.command == "play":
             return _play(args)
+        if args.command in ENGINE_ENVS:
+            return _engine(args)
         return _evaluate(args)
     except (ConfigError, EnvError, SpaceError, CheckpointError, RunFolderError,
             TrainingDivergedError, NonFiniteEnvData) as e:

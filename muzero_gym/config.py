@@ -352,8 +352,13 @@ class TrainConfig(_Section):
     eval_episodes: int = _field(20, "episodes per evaluation", low=1)
     eval_opponent: str = _field(
         "random", "two-player evaluation opponent: random, perfect (exhaustive alpha-beta, small "
-        "games) or alphabeta (depth-limited)", choices=("random", "perfect", "alphabeta"))
+        "games), alphabeta (depth-limited), or an engine: gnugo (Go), stockfish (chess), "
+        "gnushogi (shogi)", choices=("random", "perfect", "alphabeta", "gnugo", "stockfish",
+                                      "gnushogi"))
     eval_opponent_depth: int = _field(2, "search depth of the alphabeta opponent", low=1)
+    eval_opponent_level: int = _field(
+        1, "strength of an engine opponent: GNU Go's level (1-10), Stockfish's Skill Level "
+        "(0-20), GNU Shogi's search depth", low=0)
     eval_opening_plies: int = _field(
         0, "two-player evaluation: random moves that open each game (pairs of games share an "
         "opening with the seats swapped), so that greedy play does not repeat one game", low=0)

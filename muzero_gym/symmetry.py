@@ -82,5 +82,6 @@ def augment_batch(batch, symmetries: list[Symmetry], rng: np.random.Generator) -
             unrolled = batch.unrolled
             unrolled.observations[rows] = symmetry.transform_observation(
                 unrolled.observations[rows])
-            unrolled.legal[rows] = symmetry.permute_policy(unrolled.legal[rows])
+            unrolled.legal_action_mask[rows] = symmetry.permute_policy(
+                unrolled.legal_action_mask[rows])
     return choice
