@@ -57,6 +57,27 @@ class BoardState:
         return self.board.tobytes(), self.to_play
 
 
+class LegalMoves(spaces.Discrete):
+    """``Discrete(n)`` whose ``sample()`` draws a legal move of its env's current position
+    (``info["action_mask"]``), so that random play (and Gymnasium's env checker) never tries an
+    illegal move in a game where most actions are illegal (chess, shogi)."""
+
+    def __init__(self, n: int, legal_mask, seed: int | None = None):
+        super().__init__(n, seed=seed)
+        self._legal_mask = legal_mask  # () -> [n] bool of the env's position
+
+    def sample(self, mask: np.ndarray | None = None, probability: np.ndarray | None = None
+               ) -> np.int64:
+        if mask is None and probability is None:
+            legal = np.asarray(self._legal_mask(), dtype=np.int8)
+            if legal.any():
+                mask = legal
+        return super().sample(mask=mask, probability=probability)
+
+    def __deepcopy__(self, memo):  # a copy keeps sampling from the same env
+        return LegalMoves(self.n, self._legal_mask)
+
+
 class TextGameEnv(gym.Env):
     """Gymnasium plumbing shared by the games of ``muzero_gym.envs``: the whole game lives in
     ``self.state``, rules are pure functions of a state (``initial_state``, ``play``,

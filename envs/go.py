@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium import spaces
 from numba import njit
 
-from muzero_gym.envs.board import IllegalMoveError
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves
 from muzero_gym.symmetry import Symmetry
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -255,7 +255,8 @@ class GoEnv(gym.Env):
         self.pass_action = self.num_points
         self.observation_space = spaces.Box(0.0, 1.0, (2 * HISTORY + 1, size, size),
                                             dtype=np.float32)
-        self.action_space = spaces.Discrete(self.num_points + 1)
+        self.action_space = LegalMoves(self.num_points + 1,
+                                       lambda: self.legal_mask(self.state))
         self._neighbours = neighbour_table(size)
         self._zobrist = zobrist_table(size)
         self.state = self.initial_state()

@@ -1,0 +1,327 @@
+"""Chess on the ``chess`` package (python-chess): AlphaZero's move encoding and input planes.
+
+Rules are python-chess's; the game ends by checkmate (the mover gets +1), or as a draw by
+stalemate, insufficient material, threefold repetition or the fifty-move rule (applied as soon
+as they hold, as AlphaZero's self-play does), or after ``max_moves`` plies (512, the MuZero
+pseudocode's limit).
+
+Actions (AlphaZero's 8 x 8 x 73 = 4,672): the square a piece moves from, times 73 kinds of
+move, all seen from the side to move (for Black the board is flipped top to bottom): 56 queen
+moves (8 directions x 1-7 squares; a pawn reaching the last rank this way promotes to a
+queen), 8 knight moves, and 9 underpromotions (to knight, bishop or rook, moving straight or
+capturing to either side). ``action = from_square * 73 + kind``.
+
+Observation (119 planes of 8 x 8, from the side to move): for each of the last 8 positions,
+newest first, 6 planes of the mover's pieces, 6 of the opponent's and 2 that say whether the
+position had occurred once or twice before; then the colour to move, the number of moves
+played / 512, the four castling rights (mover's first) and the no-progress count / 100.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import chess
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves
+
+HISTORY = 8
+PLANES_PER_POSITION = 14
+NUM_PLANES = HISTORY * PLANES_PER_POSITION + 7
+NUM_KINDS = 73
+NUM_ACTIONS = 64 * NUM_KINDS
+MAX_MOVES = 512
+# queen directions (file, rank steps) and knight jumps, from the mover's side
+DIRECTIONS = ((0, 1), (1, 1), (1, 0), (1, -1), (0, -1), (-1, -1), (-1, 0), (-1, 1))
+KNIGHT = ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2))
+UNDERPROMOTIONS = (chess.KNIGHT, chess.BISHOP, chess.ROOK)
+
+
+@functools.cache
+def _kind_of_step() -> dict[tuple[int, int, int | None], int]:
+    """(file step, rank step, underpromotion piece or None) -> kind."""
+    kinds: dict[tuple[int, int, int | None], int] = {}
+    for d, (df, dr) in enumerate(DIRECTIONS):
+        for distance in range(1, 8):
+            kinds[(df * distance, dr * distance, None)] = d * 7 + distance - 1
+    for k, (df, dr) in enumerate(KNIGHT):
+        kinds[(df, dr, None)] = 56 + k
+    for p, piece in enumerate(UNDERPROMOTIONS):
+        for side, df in enumerate((-1, 0, 1)):
+            kinds[(df, 1, piece)] = 64 + 3 * p + side
+    return kinds
+
+
+@functools.cache
+def _step_of_kind() -> list[tuple[int, int, int | None]]:
+    steps: list[tuple[int, int, int | None]] = [(0, 0, None)] * NUM_KINDS
+    for step, kind in _kind_of_step().items():
+        steps[kind] = step
+    return steps
+
+
+def _orient(square: int, color: chess.Color) -> int:
+    """A square as the side ``color`` sees it (Black's board is flipped top to bottom)."""
+    return square if color == chess.WHITE else chess.square_mirror(square)
+
+
+def encode_move(move: chess.Move, color: chess.Color) -> int:
+    """The action of ``move`` played by ``color``."""
+    start, end = _orient(move.from_square, color), _orient(move.to_square, color)
+    df = chess.square_file(end) - chess.square_file(start)
+    dr = chess.square_rank(end) - chess.square_rank(start)
+    under = move.promotion if move.promotion in UNDERPROMOTIONS else None
+    return start * NUM_KINDS + _kind_of_step()[(df, dr, under)]
+
+
+def decode_action(action: int, board: chess.Board) -> chess.Move | None:
+    """The move of ``action`` for the side to move on ``board`` (None if off the board)."""
+    color = board.turn
+    start, kind = divmod(int(action), NUM_KINDS)
+    df, dr, under = _step_of_kind()[kind]
+    file, rank = chess.square_file(start) + df, chess.square_rank(start) + dr
+    if not (0 <= file < 8 and 0 <= rank < 8):
+        return None
+    from_square = _orient(start, color)
+    to_square = _orient(chess.square(file, rank), color)
+    promotion = under
+    piece = board.piece_type_at(from_square)
+    if under is None and piece == chess.PAWN and rank == 7:
+        promotion = chess.QUEEN
+    return chess.Move(from_square, to_square, promotion)
+
+
+@dataclass
+class ChessState:
+    """A whole game: python-chess's board (with its move stack), the last 8 positions' planes
+    (from White's side; ``planes[0]`` is now), and the result."""
+
+    board: chess.Board
+    planes: np.ndarray  # [8, 14, 8, 8] uint8
+    done: bool = False
+    winner: int | None = None  # 0 White, 1 Black, None while playing or on a draw
+    result: str = ""
+
+    @property
+    def to_play(self) -> int:
+        return 0 if self.board.turn == chess.WHITE else 1
+
+    def copy(self) -> ChessState:
+        return ChessState(self.board.copy(), self.planes.copy(), self.done, self.winner,
+                          self.result)
+
+
+def _position_planes(board: chess.Board) -> np.ndarray:
+    """[14, 8, 8]: White's 6 piece types, Black's 6, repetition once, twice (White's side)."""
+    out = np.zeros((PLANES_PER_POSITION, 64), dtype=np.uint8)
+    for c, color in enumerate((chess.WHITE, chess.BLACK)):
+        for p, piece in enumerate(chess.PIECE_TYPES):
+            mask = board.pieces_mask(piece, color)
+            out[6 * c + p] = _bits(mask)
+    out[12] = board.is_repetition(2)
+    out[13] = board.is_repetition(3)
+    return out.reshape(PLANES_PER_POSITION, 8, 8)
+
+
+def _bits(mask: int) -> np.ndarray:
+    """[64] the bits of a python-chess square mask (square 0 = a1 first)."""
+    return np.unpackbits(np.array([mask], dtype=np.uint64).view(np.uint8),
+                         bitorder="little")
+
+
+class ChessEnv(gym.Env):
+    """``muzero_gym/Chess-v0`` (see module doc). ``reset(options={"fen": ...})`` starts from a
+    position."""
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+
+    def __init__(self, max_moves: int = MAX_MOVES, render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r}: use one of "
+                             f"{self.metadata['render_modes']}")
+        self.max_moves = int(max_moves)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(0.0, 1.0, (NUM_PLANES, 8, 8), dtype=np.float32)
+        self.action_space = LegalMoves(NUM_ACTIONS, lambda: self.legal_mask(self.state))
+        self.state = self.initial_state()
+
+    # ---- rules -----------------------------------------------------------------------------
+
+    def initial_state(self, fen: str | None = None) -> ChessState:
+        board = chess.Board() if fen is None else chess.Board(fen)
+        planes = np.zeros((HISTORY, PLANES_PER_POSITION, 8, 8), dtype=np.uint8)
+        planes[0] = _position_planes(board)
+        state = ChessState(board, planes)
+        self._judge(state)
+        return state
+
+    def legal_mask(self, state: ChessState) -> np.ndarray:
+        mask = np.zeros(NUM_ACTIONS, dtype=np.bool_)
+        if not state.done:
+            color = state.board.turn
+            mask[[encode_move(m, color) for m in state.board.legal_moves]] = True
+        return mask
+
+    def _judge(self, state: ChessState) -> None:
+        """Ends the game where the rules do: python-chess's own outcomes, and the draws a
+        player could claim once they hold (a position's third occurrence, 50 moves without a
+        capture or a pawn move). python-chess's claim_draw also ends a game one move early,
+        where the next move could reach them; AlphaZero's rules do not."""
+        board = state.board
+        outcome = board.outcome(claim_draw=False)
+        if outcome is not None:
+            state.done = True
+            state.winner = None if outcome.winner is None else (0 if outcome.winner else 1)
+            state.result = outcome.termination.name.lower().replace("_", " ")
+        elif board.is_repetition(3):
+            state.done, state.result = True, "threefold repetition"
+        elif board.halfmove_clock >= 100:
+            state.done, state.result = True, "fifty moves"
+        elif len(board.move_stack) >= self.max_moves:
+            state.done, state.result = True, f"{self.max_moves} moves"
+
+    def play(self, state: ChessState, action: int) -> tuple[ChessState, float]:
+        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
+        return states[0], float(rewards[0])
+
+    def simulate(self, states: Sequence[ChessState], actions: np.ndarray, observe: bool = True
+                 ) -> tuple[list[ChessState], np.ndarray | None, np.ndarray, np.ndarray,
+                            np.ndarray]:
+        """One move in each position (the two-player contract's batched rules): the new
+        states, observations [B, 119, 8, 8] (None unless ``observe``), movers' rewards, game
+        ends and legal masks. An illegal move raises IllegalMoveError and changes nothing."""
+        actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if len(actions) != len(states):
+            raise ValueError(f"{len(actions)} actions for {len(states)} states")
+        moves = []
+        for state, action in zip(states, actions.tolist()):
+            if state.done:
+                raise IllegalMoveError("the game is over; call reset()")
+            move = decode_action(action, state.board) if 0 <= action < NUM_ACTIONS else None
+            if move is None or not state.board.is_legal(move):
+                raise IllegalMoveError(f"illegal move {action} in {state.board.fen()}")
+            moves.append(move)
+        new_states, rewards = [], np.zeros(len(states))
+        for i, (state, move) in enumerate(zip(states, moves)):
+            mover = state.to_play
+            board = state.board.copy()
+            board.push(move)
+            planes = np.empty_like(state.planes)
+            planes[0] = _position_planes(board)
+            planes[1:] = state.planes[:-1]
+            new = ChessState(board, planes)
+            self._judge(new)
+            rewards[i] = 1.0 if new.winner == mover else 0.0
+            new_states.append(new)
+        done = np.array([s.done for s in new_states])
+        masks = np.stack([self.legal_mask(s) for s in new_states])
+        observations = np.stack([self.observe(s) for s in new_states]) if observe else None
+        return new_states, observations, rewards, done, masks
+
+    # ---- observations ------------------------------------------------------------------------
+
+    def observe(self, state: ChessState) -> np.ndarray:
+        board = state.board
+        white = board.turn == chess.WHITE
+        history = state.planes.astype(np.float32)  # [8, 14, 8, 8], White's side, rank 1 first
+        if not white:  # the mover's pieces first, the board flipped so they play upwards
+            history = history[:, [6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 12, 13]][:, :, ::-1]
+        history = history[:, :, ::-1]  # rank 8 on top, as a board is drawn
+        out = np.empty((NUM_PLANES, 8, 8), dtype=np.float32)
+        out[:HISTORY * PLANES_PER_POSITION] = history.reshape(-1, 8, 8)
+        mover, opponent = board.turn, not board.turn
+        out[-7] = 1.0 if white else 0.0
+        out[-6] = board.ply() / MAX_MOVES
+        out[-5] = board.has_kingside_castling_rights(mover)
+        out[-4] = board.has_queenside_castling_rights(mover)
+        out[-3] = board.has_kingside_castling_rights(opponent)
+        out[-2] = board.has_queenside_castling_rights(opponent)
+        out[-1] = board.halfmove_clock / 100.0
+        return out
+
+    # ---- Gymnasium API -------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        fen = (options or {}).get("fen")
+        try:
+            self.state = self.initial_state(fen)
+        except ValueError as e:
+            raise ValueError(f"bad FEN {fen!r}: {e}") from None
+        if self.render_mode == "human":
+            self.render()
+        return self.observe(self.state), self._info()
+
+    def step(self, action):
+        mover = self.state.to_play
+        self.state, reward = self.play(self.state, int(action))
+        if self.render_mode == "human":
+            self.render()
+        del mover
+        return self.observe(self.state), reward, self.state.done, False, self._info()
+
+    def _info(self) -> dict:
+        mask = self.legal_mask(self.state)
+        if self.state.done:
+            mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
+        return {"action_mask": mask, "to_play": self.state.to_play,
+                "winner": -1 if self.state.winner is None else self.state.winner}
+
+    def get_state(self) -> ChessState:
+        return self.state.copy()
+
+    def set_state(self, state: ChessState) -> None:
+        self.state = state.copy()
+
+    # ---- notation ------------------------------------------------------------------------------
+
+    def uci_of_action(self, action: int) -> str:
+        move = decode_action(action, self.state.board)
+        return "0000" if move is None else move.uci()
+
+    def action_of_uci(self, uci: str) -> int | None:
+        """The action of a UCI move in the current position, None if it is not legal."""
+        try:
+            move = chess.Move.from_uci(uci)
+        except ValueError:
+            return None
+        if not self.state.board.is_legal(move):
+            return None
+        return encode_move(move, self.state.board.turn)
+
+    def san_of_action(self, action: int) -> str:
+        move = decode_action(action, self.state.board)
+        return "?" if move is None else self.state.board.san(move)
+
+    def action_of_san(self, san: str) -> int | None:
+        try:
+            move = self.state.board.parse_san(san)
+        except ValueError:
+            return None
+        return encode_move(move, self.state.board.turn)
+
+    def render(self) -> str | None:
+        text = self.board_text(self.state)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def board_text(self, state: ChessState) -> str:
+        board = state.board
+        lines = [str(board), "a b c d e f g h"]
+        if board.move_stack:
+            last = board.copy()
+            move = last.pop()
+            lines.append(f"last move {last.san(move)}")
+        if state.done:
+            outcome = {None: "draw", 0: "White wins", 1: "Black wins"}[state.winner]
+            lines.append(f"{outcome} ({state.result})")
+        else:
+            lines.append(f"{'White' if board.turn == chess.WHITE else 'Black'} to move")
+        return "\n".join(lines)
