@@ -167,37 +167,36 @@ class UCIOpponent:
         return action
 
     def close(self) -> None:
-        self.engine.send("quit")
         self.engine.close()
 
 
 class GnuShogiOpponent:
-    """GNU Shogi at search ``depth`` (its own text interface; moves in USI notation)."""
+    """GNU Shogi at search ``depth``, over its own text interface: ``depth`` (the value on the
+    next line), ``force`` (moves entered for both sides, in USI notation), ``go`` (it moves for
+    the side to move and prints ``N. ... <move>``). A fresh process per move keeps each game's
+    moves apart when many games are played at once."""
 
     name = "gnushogi"
 
     def __init__(self, depth: int = 1, path: str | None = None, seed: int | None = None):
         self.binary = find_engine("gnushogi", path)
-        self.depth = depth
+        self.depth = max(1, depth)
 
     def choose(self, env: gym.Env, legal_mask: np.ndarray) -> int:
         shogi_env = env.unwrapped
-        moves = shogi_env.usi_moves()
         engine = EngineProcess([self.binary])
         try:
             engine.read_until(lambda line: line.startswith("GNU Shogi"))
-            engine.send(f"depth {self.depth}")
-            for usi in moves:
+            engine.send("depth")
+            engine.send(str(self.depth))
+            engine.send("force")
+            for usi in shogi_env.usi_moves():
                 engine.send(usi)
             engine.send("go")
-            ply = len(moves) + 1
-            lines = engine.read_until(lambda line: "..." in line or line.split(".")[0].strip()
-                                      == str((ply + 1) // 2) and len(line.split()) >= 2)
+            lines = engine.read_until(lambda line: "..." in line)
         finally:
-            engine.send("quit")
             engine.close()
-        last = lines[-1]
-        usi = last.split("...")[1].split()[0] if "..." in last else last.split()[-1]
+        usi = lines[-1].split("...", 1)[1].split()[0]
         action = shogi_env.action_of_usi(usi)
         if action is None or not legal_mask[action]:
             raise EngineError(f"GNU Shogi played {usi!r}, not a legal move here")

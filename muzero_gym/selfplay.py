@@ -41,7 +41,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from muzero_gym.checkpoint import plain_state, restore_state
+from muzero_gym.checkpoint import UnstorableState, plain_state, restore_state
 from muzero_gym.config import SearchConfig
 from muzero_gym.game import Game
 from muzero_gym.inference import ModelSearchAdapter
@@ -350,14 +350,17 @@ class SelfPlay:
         None where the envs cannot be restored (:meth:`restorable`)."""
         if not self.segment_length or not self.games or not self.restorable():
             return None
-        env_states = self.envs.call("get_state")
+        try:
+            env_states = [plain_state(state) for state in self.envs.call("get_state")]
+        except UnstorableState:  # e.g. a chess library's board object: not plain data
+            return None
         rows: list[dict[str, Any] | None] = []
         for i, game in enumerate(self.games):
             if self.pending_reset[i] or self.sent[i] != len(game):
                 rows.append(None)  # ended (and sent whole): the env starts a new game
                 continue
             rows.append({
-                "source_id": int(self.source_ids[i]), "env_state": plain_state(env_states[i]),
+                "source_id": int(self.source_ids[i]), "env_state": env_states[i],
                 "episode_return": float(self.episode_return[i]),
                 "episode_length": int(self.episode_length[i]), "lives": int(self.lives[i]),
                 "game": {"base": game.base, "observations": np.stack(game.observations),
