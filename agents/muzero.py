@@ -229,6 +229,7 @@ class MuZeroAgent:
         self.env_steps += result.num_transitions
         for key, values in result.search.items():
             self._metrics[key] += values
+        self.replay.clock = self.training_steps
         for segment in result.segments:
             self.replay.add_segment(segment)
         for game in result.finished:
@@ -381,6 +382,7 @@ class MuZeroAgent:
         values["perf/train_steps_per_s"] = (self.training_steps - start_train) / elapsed
         values["replay/size"] = float(len(self.replay))
         values["replay/bytes"] = float(self.replay.nbytes())
+        values.update(self.replay.statistics())
         self._logger.scalars(values, self.env_steps)
         self._metrics.clear()
 

@@ -68,6 +68,7 @@ class Batch:
     weights: np.ndarray  # [B] importance-sampling weights
     slots: np.ndarray  # [B] ring slots, for update_priorities
     game_ids: np.ndarray  # [B] ids of the sampled games, for update_priorities
+    ages: np.ndarray  # [B] learner steps since each sampled position arrived
     reward_sum: np.ndarray  # [B, K + 1] fixed part of the value targets (rewards, own value)
     bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
     bootstrap: SearchInputs | None = None  # the states value targets bootstrap from
@@ -334,6 +335,10 @@ class ReplayBuffer:
         # The slot's priority is still the first one, |search value - target|: recomputed when
         # later positions of a running game change the target.
         self._fresh = np.zeros(capacity, dtype=np.bool_)
+        # The learner step at which each slot's position arrived (``clock`` when added): a
+        # sample's age says how stale the data the learner trains on is.
+        self._slot_clock = np.zeros(capacity, dtype=np.int64)
+        self.clock = 0
         self._records: dict[int, _Record] = {}
         self._running: dict[int, int] = {}  # source id -> record id of running games
         self._cursor = 0
@@ -455,6 +460,7 @@ class ReplayBuffer:
         self._slot_step[slots] = positions
         self._priority[slots] = priorities + self.config.priority_epsilon
         self._fresh[slots] = fresh
+        self._slot_clock[slots] = self.clock
         self._cursor = int((self._cursor + positions.size) % self.capacity)
         self._size += positions.size
 
@@ -542,6 +548,7 @@ class ReplayBuffer:
             value_mask=np.stack([t.value_mask[w] for t, w in zip(unroll, window)]),
             policy_mask=np.stack([t.policy_mask[w] for t, w in zip(unroll, window)]),
             weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
+            ages=self.clock - self._slot_clock[slots],
             reward_sum=np.stack([r.reward_sum[w] for r, w in zip(records, window)]),
             bootstrap_scale=np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)]))
         if with_bootstrap_inputs:
@@ -598,6 +605,22 @@ class ReplayBuffer:
         """Priority of every slot [capacity] (0 for empty slots)."""
         return self._priority.copy()
 
+    def statistics(self) -> dict[str, float]:
+        """Diagnostics for the logs: the priorities' mean and largest value, and how many
+        learner steps old the held positions are on average."""
+        held = self._slot_game >= 0
+        if not held.any():
+            return {}
+        priority = self._priority[held]
+        fresh = held & self._fresh
+        stats = {"replay/priority_mean": float(priority.mean()),
+                 "replay/priority_max": float(priority.max()),
+                 "replay/age_mean": float((self.clock - self._slot_clock[held]).mean())}
+        if fresh.any():  # |search value - value target| of positions not trained on yet
+            stats["diagnostics/fresh_value_error"] = float(
+                self._priority[fresh].mean() - self.config.priority_epsilon)
+        return stats
+
     # ---- saving ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -620,6 +643,7 @@ class ReplayBuffer:
             "num_transitions_added": self.num_transitions_added,
             "slot_game": self._slot_game.copy(), "slot_step": self._slot_step.copy(),
             "priority": self._priority.copy(), "fresh": self._fresh.copy(),
+            "slot_clock": self._slot_clock.copy(), "clock": self.clock,
             "game_ids": np.asarray(ids, dtype=np.int64),
             "source_ids": np.asarray([r.source_id for r in records], dtype=np.int64),
             "bases": np.asarray([r.base for r in records], dtype=np.int64),
@@ -690,6 +714,9 @@ class ReplayBuffer:
         self._priority = np.asarray(state["priority"], dtype=np.float64).copy()
         self._fresh = np.asarray(state.get("fresh", np.zeros(self.capacity)),
                                  dtype=np.bool_).copy()
+        self._slot_clock = np.asarray(state.get("slot_clock", np.zeros(self.capacity)),
+                                      dtype=np.int64).copy()
+        self.clock = int(state.get("clock", 0))
         self._size = int((self._slot_game >= 0).sum())
         self._cursor = int(state["cursor"])
         self._next_game_id = int(state["next_game_id"])

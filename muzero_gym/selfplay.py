@@ -67,6 +67,7 @@ class StepStats:
     root_value: float = 0.0  # mean root value of the searched rows
     visit_entropy: float = 0.0  # mean entropy of the root visit distributions
     max_depth: float = 0.0  # mean deepest expansion
+    prior_entropy: float = 0.0  # mean entropy of the network's policy at the roots
     num_dropped: int = 0  # games dropped for non-finite env data (non_finite = "drop_game")
     abandoned: list[int] = field(default_factory=list)  # source ids of games sent in part and
     # dropped since: the replay should end them
@@ -307,6 +308,12 @@ class SelfPlay:
             stats.root_value = float(result.root_value[active].mean())
             stats.visit_entropy = float(entropy.mean())
             stats.max_depth = float(result.max_depth[active].mean())
+            logits = np.where(legal[active], root_logits[active], -np.inf)
+            logits = logits - logits.max(axis=1, keepdims=True)
+            prior = np.exp(logits)
+            prior /= prior.sum(axis=1, keepdims=True)
+            stats.prior_entropy = float(-(prior * np.log(np.where(prior > 0, prior, 1.0))).sum(
+                axis=1).mean())
         return stats
 
     def _finish(self, i: int, stats: StepStats) -> None:

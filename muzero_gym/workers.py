@@ -177,6 +177,7 @@ class SelfPlayWorker:
             result.num_dropped += stats.num_dropped
             for tag, value in (("search/root_value", stats.root_value),
                                ("search/visit_entropy", stats.visit_entropy),
+                               ("search/prior_entropy", stats.prior_entropy),
                                ("search/max_depth", stats.max_depth)):
                 result.search.setdefault(tag, []).append(value)
         self.num_games_started = selfplay.num_games_started
@@ -288,6 +289,8 @@ class LearnerWorker:
                       train.reanalyse_fraction, self._reanalyse_rng, train.reanalyse_policy)
         step = self.learner.train_step(batch)
         priorities = step.pop("priorities")
+        metrics["replay/sample_age"].append(float(np.mean(batch.ages)))
+        metrics["diagnostics/value_error"].append(float(np.mean(priorities)))
         if update:
             self.replay.update_priorities(batch.slots, batch.game_ids, priorities)
         for key in ("total", "value", "reward", "policy", "consistency"):

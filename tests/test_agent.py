@@ -92,9 +92,9 @@ def test_concurrent_learner_trains_in_its_own_thread_and_is_deterministic(tmp_pa
 
     train_once = LearnerWorker._train_once
 
-    def recording(self, metrics):
+    def recording(self, *args, **kwargs):
         threads.add(threading.current_thread().name)
-        train_once(self, metrics)
+        return train_once(self, *args, **kwargs)
 
     monkeypatch.setattr(LearnerWorker, "_train_once", recording)
     agents = [tiny_agent(tmp_path / str(i), extra=["train.concurrent_learner=true"])
