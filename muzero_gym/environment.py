@@ -37,6 +37,15 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     """The registered spec of ``env_id`` (importing ``module`` of ``module:EnvId`` ids)."""
     register_envs()
     module, _, name = env_id.rpartition(":")
+    if module == "pettingzoo":  # PettingZoo's classic games, adapted (muzero_gym.envs.pettingzoo)
+        try:
+            from muzero_gym.envs.pettingzoo import register_classic
+
+            import pettingzoo  # noqa: F401
+        except ImportError:
+            raise EnvError(f"{env_id!r} needs PettingZoo: pip install -e '.[pettingzoo]'"
+                           ) from None
+        register_classic(name)
     if module:
         try:
             importlib.import_module(module)
