@@ -39,9 +39,9 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     module, _, name = env_id.rpartition(":")
     if module == "pettingzoo":  # PettingZoo's classic games, adapted (muzero_gym.envs.pettingzoo)
         try:
-            from muzero_gym.envs.pettingzoo import register_classic
-
             import pettingzoo  # noqa: F401
+
+            from muzero_gym.envs.pettingzoo import register_classic
         except ImportError:
             raise EnvError(f"{env_id!r} needs PettingZoo: pip install -e '.[pettingzoo]'"
                            ) from None
