@@ -59,7 +59,8 @@ def _batch(num_samples: int, num_unroll: int = 1) -> Batch:
         weights=np.ones(num_samples, dtype=np.float32), slots=np.arange(num_samples),
         game_ids=np.zeros(num_samples, dtype=np.int64),
         reward_sum=np.zeros((num_samples, num_unroll + 1)),
-        bootstrap_scale=np.zeros((num_samples, num_unroll + 1)))
+        bootstrap_scale=np.zeros((num_samples, num_unroll + 1)),
+        ages=np.zeros(num_samples, dtype=np.int64))
 
 
 def test_augment_batch_moves_observations_actions_and_policies_together():
