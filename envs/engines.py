@@ -102,7 +102,11 @@ class GTPOpponent:
 
     def __init__(self, level: int = 1, path: str | None = None, seed: int | None = None):
         binary = find_engine("gnugo", path)
-        argv = [binary, "--mode", "gtp", "--level", str(level)]
+        # The env scores by area with every stone on the board alive (Tromp-Taylor): GNU Go
+        # must capture the dead stones before it passes, and play every game out (resigning is
+        # not a move of the env).
+        argv = [binary, "--mode", "gtp", "--level", str(level), "--never-resign",
+                "--capture-all-dead"]
         if seed is not None:
             argv += ["--seed", str(seed % 2**31)]
         self.engine = EngineProcess(argv)
@@ -127,7 +131,10 @@ class GTPOpponent:
         for ply, action in enumerate(state.moves):
             self.command(f"play {'B' if ply % 2 == 0 else 'W'} {go.vertex(action)}")
         vertex = self.command(f"genmove {'B' if state.to_play == 0 else 'W'}")
-        action = go.pass_action if vertex.lower() in ("pass", "resign") else go.action(vertex)
+        if vertex.lower() == "resign":
+            raise EngineError("the GTP engine resigned, which the env cannot play: start it "
+                              "with resignation off")
+        action = go.pass_action if vertex.lower() == "pass" else go.action(vertex)
         if not legal_mask[action]:
             raise EngineError(f"GTP engine played the illegal {vertex}")
         return action

@@ -344,8 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path.append(os.getcwd())
     try:
         if args.command == "presets":
-            for name in list_presets():
-                print(f"{name:<12} {load_config(name).env.id}")
+            names = list_presets()
+            width = max(map(len, names))
+            for name in names:
+                print(f"{name:<{width}}  {load_config(name).env.id}")
             return 0
         if args.command == "config":
             print(load_config(args.target, args.overrides).to_toml(), end="")

@@ -10,6 +10,7 @@ import platform
 import time
 
 import torch
+from _seeds import spread
 
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.config import load_config
@@ -20,11 +21,12 @@ from muzero_gym.envs.opponents import make_opponent
 def parser(doc: str, engine: str, level: int) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--eval-every", type=int, default=10_000, help="env steps between the "
                    "short evaluations against a random mover (10 games)")
     p.add_argument("--games", type=int, default=40, help="games of each final match")
     p.add_argument("--engine-level", type=int, default=level, help=f"{engine}'s strength")
+    p.add_argument("--save", help="write each trained agent's checkpoint to PATH.seed<N>")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     return p
 
@@ -34,39 +36,59 @@ def score(result) -> float:
     return (sum(result.wins) + 0.5 * sum(result.draws)) / max(result.games, 1)
 
 
-def match(agent: MuZeroAgent, name: str, games: int, level: int, seed: int) -> str:
+def match(agent: MuZeroAgent, name: str, games: int, level: int,
+          seed: int) -> tuple[str, float | None]:
+    """The match's line and the agent's score (None when the engine is not installed)."""
     try:
         opponent = make_opponent(name, seed=seed, level=level)
     except EngineNotFound as e:
-        return f"{name}: not played ({e})"
+        return f"{name}: not played ({e})", None
     try:
         result = agent.play_against(opponent, games, seed=seed)
     finally:
         if hasattr(opponent, "close"):
             opponent.close()
-    return f"{name}: {result.summary()}; score {score(result):.0%}"
+    return f"{name}: {result.summary()}; score {score(result):.0%}", score(result)
 
 
-def run(preset: str, engine: str, args: argparse.Namespace) -> None:
-    config = load_config(preset, [*args.overrides, f"train.seed={args.seed}",
+def run_seed(preset: str, engine: str, seed: int,
+             args: argparse.Namespace) -> dict[str, float | None]:
+    """Trains one seed for ``--minutes`` and plays its final matches; returns the scores."""
+    config = load_config(preset, [*args.overrides, f"train.seed={seed}",
                                   "train.eval_interval=0", "log.progress=false"])
-    print(f"{config.env.id} ({preset}), {args.minutes:g} min, seed {args.seed}, "
+    print(f"{config.env.id} ({preset}), {args.minutes:g} min, seed {seed}, "
           f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
           flush=True)
     agent = MuZeroAgent(config)
-    trained, moves_played = 0.0, 0
+    trained = 0.0
     while trained < args.minutes * 60:
         start = time.perf_counter()
         agent.learn(agent.env_steps + args.eval_every, progress=False)
         trained += time.perf_counter() - start
-        quick = agent.play_against(make_opponent("random", seed=args.seed), 10,
-                                   seed=args.seed)
+        quick = agent.play_against(make_opponent("random", seed=seed), 10, seed=seed)
         print(f"  {agent.env_steps:>8,} moves, {agent.training_steps:>6,} learner steps, "
               f"{trained / 60:5.1f} min ({agent.env_steps / trained:5.1f} moves/s): against "
               f"random {score(quick):.0%}", flush=True)
     moves_played = agent.env_steps
     agent.close()
+    if args.save:
+        agent.save(f"{args.save}.seed{seed}")
     print(f"\nself-play and training: {moves_played:,} moves in {trained / 60:.1f} min "
           f"({moves_played / trained:.1f} moves/s, {agent.training_steps:,} learner steps)")
-    print(match(agent, "random", args.games, 0, args.seed))
-    print(match(agent, engine, args.games, args.engine_level, args.seed))
+    scores = {"moves/s": moves_played / trained}
+    for name, level in (("random", 0), (engine, args.engine_level)):
+        line, scores[name] = match(agent, name, args.games, level, seed)
+        print(line, flush=True)
+    return scores
+
+
+def run(preset: str, engine: str, args: argparse.Namespace) -> None:
+    results = [run_seed(preset, engine, seed, args) for seed in args.seeds]
+    if len(results) > 1:
+        print()
+        for name in results[0]:
+            values = [r[name] for r in results if r[name] is not None]
+            if values:
+                print(spread(name if name == "moves/s" else f"score against {name}",
+                             [v if name == "moves/s" else 100 * v for v in values],
+                             "{:.1f}" if name == "moves/s" else "{:.0f}%"))

@@ -2,7 +2,7 @@
 against a random mover and Stockfish at Skill Level 0, 1000 nodes a move (apt-get install
 stockfish).
 
-    python tests/benchmarks/chess_learning.py [--minutes 30] [--seed 0] [--set ...]
+    python tests/benchmarks/chess_learning.py [--minutes 30] [--seeds 0 1 2] [--set ...]
 """
 
 from _boardgames import parser, run

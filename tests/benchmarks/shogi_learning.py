@@ -1,7 +1,7 @@
 """Shogi on a CPU: the shogi_cpu preset trained for ``--minutes``, then 40 games (both colours)
 against a random mover and GNU Shogi at depth 1 (apt-get install gnushogi).
 
-    python tests/benchmarks/shogi_learning.py [--minutes 30] [--seed 0] [--set ...]
+    python tests/benchmarks/shogi_learning.py [--minutes 30] [--seeds 0 1 2] [--set ...]
 """
 
 from _boardgames import parser, run
