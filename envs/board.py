@@ -1,4 +1,4 @@
-"""Shared base of the two-player board games (TicTacToe, Connect Four).
+"""Shared base of the turn-based games (TicTacToe, Connect Four, Go, chess, shogi) and of 2048.
 
 Contract of every two-player env in ``muzero_gym.envs`` (and what a user's own game needs to
 offer to be played by muzero_gym with ``env.num_players = 2``):
@@ -94,6 +94,11 @@ class TextGameEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.state = self.initial_state()
+        return self._started()
+
+    def _started(self):
+        """What ``reset`` returns once ``self.state`` holds the new game (drawn first when
+        rendering for humans)."""
         if self.render_mode == "human":
             self.render()
         return self.observe(self.state), self._info()
@@ -147,7 +152,20 @@ def lines_through_cells(rows: int, cols: int, length: int) -> np.ndarray:
     return np.stack([lines[np.arange(width) % len(lines)] for lines in per_cell])
 
 
-class BoardGameEnv(TextGameEnv):
+class TurnGameEnv(TextGameEnv):
+    """A two-player game under the contract above: ``info`` gives the legal moves, the player to
+    move and the winner (-1 while none) of ``self.state`` (which has ``to_play``, ``done`` and
+    ``winner``, and whose env has ``legal_mask(state)``)."""
+
+    def _info(self) -> dict:
+        mask = self.legal_mask(self.state)
+        if self.state.done:
+            mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
+        return {"action_mask": mask, "to_play": self.state.to_play,
+                "winner": -1 if self.state.winner is None else self.state.winner}
+
+
+class BoardGameEnv(TurnGameEnv):
     """Two-player alternating board game on a ``rows`` x ``cols`` grid (see module doc).
 
     Subclasses define ``num_actions``, :meth:`legal_masks` (which moves are legal on a batch of
@@ -252,13 +270,6 @@ class BoardGameEnv(TextGameEnv):
         return obs
 
     # ---- Gymnasium API -------------------------------------------------------------------------
-
-    def _info(self) -> dict:
-        mask = self.legal_mask(self.state)
-        if self.state.done:
-            mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
-        return {"action_mask": mask, "to_play": self.state.to_play,
-                "winner": -1 if self.state.winner is None else self.state.winner}
 
     def board_text(self, state: BoardState) -> str:
         """The board as text (X moves first, O second), then whose move it is or the result."""

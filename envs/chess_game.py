@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from muzero_gym.envs.board import IllegalMoveError, LegalMoves
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv
 
 HISTORY = 8
 PLANES_PER_POSITION = 14
@@ -134,18 +134,13 @@ def _bits(mask: int) -> np.ndarray:
                          bitorder="little")
 
 
-class ChessEnv(gym.Env):
+class ChessEnv(TurnGameEnv):
     """``muzero_gym/Chess-v0`` (see module doc). ``reset(options={"fen": ...})`` starts from a
     position."""
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
-
     def __init__(self, max_moves: int = MAX_MOVES, render_mode: str | None = None):
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r}: use one of "
-                             f"{self.metadata['render_modes']}")
         self.max_moves = int(max_moves)
-        self.render_mode = render_mode
+        super().__init__(render_mode)
         self.observation_space = spaces.Box(0.0, 1.0, (NUM_PLANES, 8, 8), dtype=np.float32)
         self.action_space = LegalMoves(NUM_ACTIONS, lambda: self.legal_mask(self.state))
         self.state = self.initial_state()
@@ -247,36 +242,14 @@ class ChessEnv(gym.Env):
     # ---- Gymnasium API -------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
+        gym.Env.reset(self, seed=seed)
         fen = (options or {}).get("fen")
         try:
             self.state = self.initial_state(fen)
         except ValueError as e:
             raise ValueError(f"bad FEN {fen!r}: {e}") from None
-        if self.render_mode == "human":
-            self.render()
-        return self.observe(self.state), self._info()
+        return self._started()
 
-    def step(self, action):
-        mover = self.state.to_play
-        self.state, reward = self.play(self.state, int(action))
-        if self.render_mode == "human":
-            self.render()
-        del mover
-        return self.observe(self.state), reward, self.state.done, False, self._info()
-
-    def _info(self) -> dict:
-        mask = self.legal_mask(self.state)
-        if self.state.done:
-            mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
-        return {"action_mask": mask, "to_play": self.state.to_play,
-                "winner": -1 if self.state.winner is None else self.state.winner}
-
-    def get_state(self) -> ChessState:
-        return self.state.copy()
-
-    def set_state(self, state: ChessState) -> None:
-        self.state = state.copy()
 
     # ---- notation ------------------------------------------------------------------------------
 
@@ -304,13 +277,6 @@ class ChessEnv(gym.Env):
         except ValueError:
             return None
         return encode_move(move, self.state.board.turn)
-
-    def render(self) -> str | None:
-        text = self.board_text(self.state)
-        if self.render_mode == "human":
-            print(text)
-            return None
-        return text
 
     def board_text(self, state: ChessState) -> str:
         board = state.board

@@ -28,12 +28,11 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numba import njit
 
-from muzero_gym.envs.board import IllegalMoveError, LegalMoves
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv
 from muzero_gym.symmetry import Symmetry
 
 EMPTY, BLACK, WHITE = 0, 1, 2
@@ -235,22 +234,17 @@ class GoState:
                        self.winner, self.score)
 
 
-class GoEnv(gym.Env):
+class GoEnv(TurnGameEnv):
     """``muzero_gym/Go-v0`` (see module doc); ``size`` 9, 13 or 19, ``komi``, ``max_moves``
     (default 2 N^2)."""
-
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
 
     def __init__(self, size: int = 9, komi: float = KOMI, max_moves: int | None = None,
                  render_mode: str | None = None):
         if size not in (9, 13, 19):
             raise ValueError(f"size = {size}: Go is played here on 9, 13 or 19 lines")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r}: use one of "
-                             f"{self.metadata['render_modes']}")
         self.size, self.komi = size, float(komi)
         self.max_moves = 2 * size * size if max_moves is None else int(max_moves)
-        self.render_mode = render_mode
+        super().__init__(render_mode)
         self.num_points = size * size
         self.pass_action = self.num_points
         self.observation_space = spaces.Box(0.0, 1.0, (2 * HISTORY + 1, size, size),
@@ -369,31 +363,6 @@ class GoEnv(gym.Env):
 
     # ---- Gymnasium API -------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.state = self.initial_state()
-        if self.render_mode == "human":
-            self.render()
-        return self.observe(self.state), self._info()
-
-    def step(self, action):
-        self.state, reward = self.play(self.state, int(action))
-        if self.render_mode == "human":
-            self.render()
-        return self.observe(self.state), reward, self.state.done, False, self._info()
-
-    def _info(self) -> dict:
-        mask = self.legal_mask(self.state)
-        if self.state.done:
-            mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
-        return {"action_mask": mask, "to_play": self.state.to_play,
-                "winner": -1 if self.state.winner is None else self.state.winner}
-
-    def get_state(self) -> GoState:
-        return self.state.copy()
-
-    def set_state(self, state: GoState) -> None:
-        self.state = state.copy()
 
     def symmetries(self) -> list[Symmetry]:
         """The seven rotations and reflections of the board other than the identity (the pass
@@ -432,13 +401,6 @@ class GoEnv(gym.Env):
         if not 1 <= number <= self.size:
             raise ValueError(f"{vertex!r} is not a point of a {self.size}x{self.size} board")
         return (self.size - number) * self.size + col
-
-    def render(self) -> str | None:
-        text = self.board_text(self.state)
-        if self.render_mode == "human":
-            print(text)
-            return None
-        return text
 
     def board_text(self, state: GoState) -> str:
         """The board with Go coordinates (X Black, O White), then whose move it is or the

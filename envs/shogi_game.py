@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from muzero_gym.envs.board import IllegalMoveError, LegalMoves
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv
 
 NUM_KINDS = 139
 NUM_ACTIONS = 81 * NUM_KINDS
@@ -125,21 +125,16 @@ def _position_planes(board: cshogi.Board, repetitions: int) -> np.ndarray:
     return planes.transpose(0, 2, 1)[:, :, ::-1].copy()  # [c, rank, file from 9 to 1]
 
 
-class ShogiEnv(gym.Env):
+class ShogiEnv(TurnGameEnv):
     """``muzero_gym/Shogi-v0`` (see module doc); ``history`` positions in the planes,
     ``max_moves``. ``reset(options={"sfen": ...})`` starts from a position."""
-
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
 
     def __init__(self, history: int = 8, max_moves: int = MAX_MOVES,
                  render_mode: str | None = None):
         if history < 1:
             raise ValueError(f"history = {history}: must be >= 1")
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode {render_mode!r}: use one of "
-                             f"{self.metadata['render_modes']}")
         self.history, self.max_moves = int(history), int(max_moves)
-        self.render_mode = render_mode
+        super().__init__(render_mode)
         self.observation_space = spaces.Box(
             0.0, 1.0, (PLANES_PER_POSITION * self.history + 2, 9, 9), dtype=np.float32)
         self.action_space = LegalMoves(NUM_ACTIONS, lambda: self.legal_mask(self.state))
@@ -247,31 +242,10 @@ class ShogiEnv(gym.Env):
     # ---- Gymnasium API -------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        sfen = (options or {}).get("sfen")
-        self.state = self.initial_state(sfen)
-        if self.render_mode == "human":
-            self.render()
-        return self.observe(self.state), self._info()
+        gym.Env.reset(self, seed=seed)
+        self.state = self.initial_state((options or {}).get("sfen"))
+        return self._started()
 
-    def step(self, action):
-        self.state, reward = self.play(self.state, int(action))
-        if self.render_mode == "human":
-            self.render()
-        return self.observe(self.state), reward, self.state.done, False, self._info()
-
-    def _info(self) -> dict:
-        mask = self.legal_mask(self.state)
-        if self.state.done:
-            mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
-        return {"action_mask": mask, "to_play": self.state.to_play,
-                "winner": -1 if self.state.winner is None else self.state.winner}
-
-    def get_state(self) -> ShogiState:
-        return self.state.copy()
-
-    def set_state(self, state: ShogiState) -> None:
-        self.state = state.copy()
 
     # ---- notation ------------------------------------------------------------------------------
 
@@ -291,13 +265,6 @@ class ShogiEnv(gym.Env):
         white = self.state.board.turn == cshogi.WHITE
         action = encode_move(move, white) if move else None
         return action if action in self.state.actions() else None
-
-    def render(self) -> str | None:
-        text = self.board_text(self.state)
-        if self.render_mode == "human":
-            print(text)
-            return None
-        return text
 
     def board_text(self, state: ShogiState) -> str:
         lines = [str(state.board)]
