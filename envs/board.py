@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -153,9 +154,10 @@ def lines_through_cells(rows: int, cols: int, length: int) -> np.ndarray:
 
 
 class TurnGameEnv(TextGameEnv):
-    """A two-player game under the contract above: ``info`` gives the legal moves, the player to
-    move and the winner (-1 while none) of ``self.state`` (which has ``to_play``, ``done`` and
-    ``winner``, and whose env has ``legal_mask(state)``)."""
+    """A two-player game under the contract above, whose rules are the batched ``simulate``:
+    ``play`` is one move through it, and ``info`` gives the legal moves, the player to move and
+    the winner (-1 while none) of ``self.state`` (which has ``to_play``, ``done`` and
+    ``winner``; the env has ``legal_mask(state)``)."""
 
     def _info(self) -> dict:
         mask = self.legal_mask(self.state)
@@ -163,6 +165,12 @@ class TurnGameEnv(TextGameEnv):
             mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
         return {"action_mask": mask, "to_play": self.state.to_play,
                 "winner": -1 if self.state.winner is None else self.state.winner}
+
+    def play(self, state, action: int) -> tuple[Any, float]:
+        """The position after ``action`` and the mover's reward, through the batched rules
+        (``simulate``); ``state`` is not changed."""
+        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
+        return states[0], float(rewards[0])
 
 
 class BoardGameEnv(TurnGameEnv):
@@ -203,11 +211,6 @@ class BoardGameEnv(TurnGameEnv):
         if state.done:
             return np.zeros(self.action_space.n, dtype=np.bool_)
         return self.legal_masks(state.board[None])[0]
-
-    def play(self, state: BoardState, action: int) -> tuple[BoardState, float]:
-        """The position after ``action`` and the mover's reward; ``state`` is not changed."""
-        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
-        return states[0], float(rewards[0])
 
     def simulate(self, states: Sequence[BoardState], actions: np.ndarray, observe: bool = True
                  ) -> tuple[list[BoardState], np.ndarray | None, np.ndarray, np.ndarray,

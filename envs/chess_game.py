@@ -180,10 +180,6 @@ class ChessEnv(TurnGameEnv):
         elif len(board.move_stack) >= self.max_moves:
             state.done, state.result = True, f"{self.max_moves} moves"
 
-    def play(self, state: ChessState, action: int) -> tuple[ChessState, float]:
-        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
-        return states[0], float(rewards[0])
-
     def simulate(self, states: Sequence[ChessState], actions: np.ndarray, observe: bool = True
                  ) -> tuple[list[ChessState], np.ndarray | None, np.ndarray, np.ndarray,
                             np.ndarray]:

@@ -278,11 +278,6 @@ class GoEnv(TurnGameEnv):
     def legal_mask(self, state: GoState) -> np.ndarray:
         return self.legal_masks_of([state])[0]
 
-    def play(self, state: GoState, action: int) -> tuple[GoState, float]:
-        """The position after ``action`` and the mover's reward; ``state`` is unchanged."""
-        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
-        return states[0], float(rewards[0])
-
     def simulate(self, states: Sequence[GoState], actions: np.ndarray, observe: bool = True
                  ) -> tuple[list[GoState], np.ndarray | None, np.ndarray, np.ndarray,
                             np.ndarray]:

@@ -162,10 +162,6 @@ class ShogiEnv(TurnGameEnv):
         mask[actions] = True
         return mask
 
-    def play(self, state: ShogiState, action: int) -> tuple[ShogiState, float]:
-        states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
-        return states[0], float(rewards[0])
-
     def simulate(self, states: Sequence[ShogiState], actions: np.ndarray, observe: bool = True
                  ) -> tuple[list[ShogiState], np.ndarray | None, np.ndarray, np.ndarray,
                             np.ndarray]:
