@@ -79,11 +79,16 @@ def test_a_killed_actor_is_restarted_and_training_goes_on(local_cluster, tmp_pat
     agent = MuZeroAgent(tiny("train.eval_interval=0"), run_dir=run)
     killed = []
 
+    def actor_pids() -> list[str]:
+        return subprocess.run(["pgrep", "-f", "ray::SelfPlayActor"], capture_output=True,
+                              text=True).stdout.split()
+
+    earlier = set(actor_pids())  # actors of the module's earlier runs, on their way out
+
     def kill_one_actor():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
-            pids = subprocess.run(["pgrep", "-f", "ray::SelfPlayActor"], capture_output=True,
-                                  text=True).stdout.split()
+            pids = [pid for pid in actor_pids() if pid not in earlier]
             if pids and agent.training_steps > 5:
                 os.kill(int(pids[0]), signal.SIGKILL)
                 killed.append(int(pids[0]))
