@@ -135,7 +135,14 @@ class Learner:
         out = net.initial_inference(observations)
         root_value = net.value_scalar(out.value_logits.detach())
         value_loss = _cross_entropy(out.value_logits, value_support[:, 0]) * value_mask[:, 0]
-        policy_loss = _cross_entropy(out.policy_logits, target_policy[:, 0]) * policy_mask[:, 0]
+        root_logits = out.policy_logits
+        if batch.legal_action_mask is not None:
+            # The search only ever weighs the legal moves of a real position, so the root
+            # policy is a softmax over them: an action rarely legal (a rook's 7-square move)
+            # is not pushed down wherever it is illegal and then missing where it wins.
+            legal = self._tensor(batch.legal_action_mask, torch.bool)
+            root_logits = root_logits.masked_fill(~legal, -1e4)
+        policy_loss = _cross_entropy(root_logits, target_policy[:, 0]) * policy_mask[:, 0]
         reward_loss = torch.zeros_like(value_loss)
         hidden = out.hidden
         for k in range(1, num_unroll + 1):
@@ -220,7 +227,7 @@ def pin_batch(batch: Batch) -> Batch:
     GPU overlap the work already queued there (done while the GPU trains on the previous
     batch). Arrays that reanalyse or augmentation still change stay numpy."""
     for name in ("observations", "actions", "target_reward", "value_mask", "policy_mask",
-                 "weights"):
+                 "weights", "legal_action_mask"):
         value = getattr(batch, name)
         if isinstance(value, np.ndarray):
             setattr(batch, name, torch.from_numpy(np.ascontiguousarray(value)).pin_memory())

@@ -71,6 +71,9 @@ class Batch:
     ages: np.ndarray  # [B] learner steps since each sampled position arrived
     reward_sum: np.ndarray  # [B, K + 1] fixed part of the value targets (rewards, own value)
     bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
+    # [B, A] bool, the legal moves at the sampled positions (the root policy's softmax is
+    # taken over them); None = every action legal
+    legal_action_mask: np.ndarray | None = None
     bootstrap: SearchInputs | None = None  # the states value targets bootstrap from
     unrolled: SearchInputs | None = None  # the states at positions index .. index + K (valid
     # up to the episode's final state)
@@ -550,7 +553,9 @@ class ReplayBuffer:
             weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
             ages=self.clock - self._slot_clock[slots],
             reward_sum=np.stack([r.reward_sum[w] for r, w in zip(records, window)]),
-            bootstrap_scale=np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)]))
+            bootstrap_scale=np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)]),
+            legal_action_mask=np.stack([r.legal.view[int(s) - r.base]
+                                        for r, s in zip(records, steps)]))
         if with_bootstrap_inputs:
             boot = np.stack([r.bootstrap_index[w] for r, w in zip(records, window)])
             batch.bootstrap = self._search_inputs(records, boot, boot >= 0)

@@ -68,7 +68,7 @@ def game_symmetries(env: gym.Env) -> list[Symmetry]:
 def augment_batch(batch, symmetries: list[Symmetry], rng: np.random.Generator) -> np.ndarray:
     """Replaces each sample of a replay :class:`~muzero_gym.replay.Batch` by a uniformly drawn
     symmetric copy (the identity included), in place: observations, unrolled actions, policy
-    targets and, when present, the unrolled states' inputs. Values, rewards and masks are
+    targets, legal moves and, when present, the unrolled states' inputs. Values, rewards and masks are
     unchanged. Returns the index drawn per sample (0 = identity, i = ``symmetries[i - 1]``)."""
     choice = rng.integers(0, len(symmetries) + 1, size=batch.observations.shape[0])
     for index, symmetry in enumerate(symmetries, start=1):
@@ -78,6 +78,9 @@ def augment_batch(batch, symmetries: list[Symmetry], rng: np.random.Generator) -
         batch.observations[rows] = symmetry.transform_observation(batch.observations[rows])
         batch.actions[rows] = symmetry.action_permutation[batch.actions[rows]]
         batch.target_policy[rows] = symmetry.permute_policy(batch.target_policy[rows])
+        if batch.legal_action_mask is not None:
+            batch.legal_action_mask[rows] = symmetry.permute_policy(
+                batch.legal_action_mask[rows])
         if batch.unrolled is not None:
             unrolled = batch.unrolled
             unrolled.observations[rows] = symmetry.transform_observation(

@@ -145,3 +145,18 @@ def test_learner_worker_runs_are_reproducible_with_and_without_prefetch(prefetch
     (first, first_priorities), (second, second_priorities) = runs
     assert all(torch.equal(a, b) for a, b in zip(first, second))
     np.testing.assert_array_equal(first_priorities, second_priorities)
+
+
+def test_the_root_policy_is_a_softmax_over_the_legal_moves():
+    """With one of two actions illegal and the target on the other, the legal softmax is
+    certain of it (no root policy loss); over all actions the same batch has a loss."""
+    learner = make_learner()
+    batch = filled_replay().sample(64, np.random.default_rng(0))
+    batch.policy_mask[:, 1:] = False  # the root alone
+    batch.target_policy[:, 0] = [1.0, 0.0]
+    batch.legal_action_mask = None
+    _, parts, _ = learner.compute_loss(batch)
+    assert parts["policy"].item() > 0.01
+    batch.legal_action_mask = np.tile([True, False], (64, 1))
+    _, parts, _ = learner.compute_loss(batch)
+    assert parts["policy"].item() == 0.0

@@ -167,3 +167,21 @@ def test_unrolled_and_bootstrap_inputs_point_at_the_right_states():
             assert batch.bootstrap.valid[row, k] == (boot < 4)
             if boot < 4:
                 assert batch.bootstrap.observations[row, k, 0] == boot
+
+
+def test_a_batch_carries_the_legal_moves_of_each_sampled_position():
+    replay = buffer()
+    game = Game(3, ENCODER)
+    game.start(np.array([0.0, 0.0]), {"action_mask": [True, True, False]})
+    for i in range(5):
+        game.store_search_statistics(0.0, [0.5, 0.5, 0.0])
+        mask = np.arange(3) != (i + 1) % 3  # position i + 1: action (i + 1) % 3 is illegal
+        game.record_step(0, 0.0, np.array([i + 1.0, 0.0]), i == 4, False,
+                         {"action_mask": mask})
+    replay.add_game(game)
+    batch = replay.sample(32, np.random.default_rng(0))
+    positions = batch.observations[:, 0].astype(int)
+    assert len(set(positions.tolist())) > 1
+    expected = np.arange(3)[None] != (positions % 3)[:, None]
+    expected[positions == 0] = [True, True, False]
+    np.testing.assert_array_equal(batch.legal_action_mask, expected)

@@ -60,7 +60,8 @@ def _batch(num_samples: int, num_unroll: int = 1) -> Batch:
         game_ids=np.zeros(num_samples, dtype=np.int64),
         reward_sum=np.zeros((num_samples, num_unroll + 1)),
         bootstrap_scale=np.zeros((num_samples, num_unroll + 1)),
-        ages=np.zeros(num_samples, dtype=np.int64))
+        ages=np.zeros(num_samples, dtype=np.int64),
+        legal_action_mask=rng.random((num_samples, 3)) < 0.5)
 
 
 def test_augment_batch_moves_observations_actions_and_policies_together():
@@ -76,6 +77,9 @@ def test_augment_batch_moves_observations_actions_and_policies_together():
     np.testing.assert_array_equal(after.actions[flipped], 2 - before.actions[flipped])
     np.testing.assert_array_equal(after.target_policy[flipped],
                                   before.target_policy[flipped][..., ::-1])
+    np.testing.assert_array_equal(after.legal_action_mask[flipped],
+                                  before.legal_action_mask[flipped][..., ::-1])
+    np.testing.assert_array_equal(after.legal_action_mask[kept], before.legal_action_mask[kept])
     np.testing.assert_array_equal(after.target_value, before.target_value)
 
 
