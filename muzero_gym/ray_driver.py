@@ -24,9 +24,10 @@ and machines:
   the env step they were made for.
 - A killed actor is restarted by Ray (``max_restarts``); the games it had not finished end in
   the replay where its last segment left them, at most its unsent positions are lost, and
-  ``faults/actor_restarts`` counts it. Checkpoints are those of the local backend (a run
-  started on one backend resumes on the other); the games actors have in progress at a
-  checkpoint are not in it.
+  ``faults/actor_restarts`` counts it when the first result of the new process arrives (a
+  restart still under way when the run ends is not counted). Checkpoints are those of
+  the local backend (a run started on one backend resumes on the other); the games actors
+  have in progress at a checkpoint are not in it.
 
 Networking: without an address Ray starts a cluster on this machine that listens on 127.0.0.1
 only, with no dashboard. With ``--ray-address`` the driver joins a running cluster (see the
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 ACTOR_TIMEOUT_S = 120.0  # how long the end of a run waits for an actor's last results
 CALLS_PER_ACTOR = 2  # an actor's next call waits in its queue while the driver takes a result
+RETRY_S = 1.0  # the wait before calling an actor again whose call failed (it is restarting)
 
 
 def import_ray():
@@ -108,6 +110,11 @@ class SelfPlayActor:
         self.worker = SelfPlayWorker(self.config, facts, network,
                                      np.random.default_rng([seed, worker_id]), worker_id)
         self.version = -1
+        # Said with this process's first result, so that the driver counts the restart and
+        # ends the games of the process that died, even if that death failed no call.
+        import ray
+
+        self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
 
     def pid(self) -> int:
         return os.getpid()
@@ -120,12 +127,17 @@ class SelfPlayActor:
 
             self.worker.set_weights(ray.get(ref))
             self.version = version
-        return self.worker.play(num_moves, training_step)
+        return self.first_news(self.worker.play(num_moves, training_step))
 
     def flush(self) -> PlayResult:
         """What is played and unsent, and the ids of the games that end with this actor."""
         segments, running = self.worker.close()
-        return PlayResult(segments=segments, abandoned=running, worker_id=self.worker.worker_id)
+        return self.first_news(PlayResult(segments=segments, abandoned=running,
+                                          worker_id=self.worker.worker_id))
+
+    def first_news(self, result: PlayResult) -> PlayResult:
+        result.restarted, self.restarted = self.restarted, False
+        return result
 
 
 class EvaluationActor:
@@ -189,10 +201,8 @@ class _Driver:
         self.eval_class = ray.remote(num_cpus=1, max_restarts=-1)(EvaluationActor)
         self.num_actors = train.num_actors
         self.actors: dict[int, Any] = {}
-        # object ref of a play call -> (actor index, its number among the actor's calls)
-        self.in_flight: dict[Any, tuple[int, int]] = {}
-        self.calls_made: dict[int, int] = {}
-        self.dead_through: dict[int, int] = {}  # calls up to this one died with the actor
+        self.in_flight: dict[Any, int] = {}  # object ref of a play call -> actor index
+        self.retry_at: dict[int, float] = {}  # no calls to a failing actor before this time
         self.version = 0
         self.weights_ref: Any = None
         self.restarts = 0
@@ -213,7 +223,7 @@ class _Driver:
         if self.config.train.eval_interval:
             self.evaluator = self.eval_class.remote(self.config.to_dict(), self.config.preset)
         for i in self.actors:
-            self.calls_made[i] = self.dead_through[i] = 0
+            self.retry_at[i] = 0.0
             self.top_up(i)
         agent.log_scalars({"faults/actor_restarts": float(self.restarts)}, now=True)
 
@@ -226,30 +236,39 @@ class _Driver:
 
     def top_up(self, i: int) -> None:
         """Queues calls of actor ``i`` up to CALLS_PER_ACTOR (none while the learner is
-        behind: the actor then pauses)."""
-        queued = sum(1 for actor, _ in self.in_flight.values() if actor == i)
+        behind: the actor then pauses, nor for a while after a call of it failed)."""
+        if time.monotonic() < self.retry_at[i]:
+            return
+        queued = sum(1 for actor in self.in_flight.values() if actor == i)
         while queued < CALLS_PER_ACTOR and not self.learner_behind():
-            self.calls_made[i] += 1
             ref = self.actors[i].play.remote(self.config.train.actor_moves,
                                              self.agent.training_steps,
                                              [self.version, self.weights_ref])
-            self.in_flight[ref] = (i, self.calls_made[i])
+            self.in_flight[ref] = i
             queued += 1
 
     def collect(self, ref: Any) -> PlayResult | None:
-        """The result of a finished play call, or None if its actor died: then the death is
-        counted once (the calls queued with it fail too) and its games end in the replay;
-        Ray restarts the actor and the next calls go to it."""
-        i, call = self.in_flight.pop(ref)
+        """The result of a finished play call, or None if its actor failed it (died, or is
+        still being restarted by Ray): its next calls wait RETRY_S."""
+        i = self.in_flight.pop(ref)
         try:
             return self.ray.get(ref)
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError):
-            if call > self.dead_through[i]:
-                self.restarts += 1
-                self.dead_through[i] = self.calls_made[i]
-                self.agent.log_scalars({"faults/actor_restarts": float(self.restarts)}, now=True)
-                self.end_games_of(i + 1)
+        except self.ray.exceptions.RayActorError:  # ActorDiedError, ActorUnavailableError
+            self.retry_at[i] = time.monotonic() + RETRY_S
             return None
+
+    def deliver(self, i: int, result: PlayResult) -> None:
+        """Hands actor ``i``'s result to the agent. The first result of a restarted actor's
+        new process counts the restart and first ends the games of the process that died:
+        their positions stay, and the new process's games, whose source ids start over, are
+        new games. Failed calls count nothing: one death fails every call queued with it and
+        the calls made while Ray restarts the actor, and an actor paused for the learner dies
+        without failing any."""
+        if result.restarted:
+            self.restarts += 1
+            self.agent.log_scalars({"faults/actor_restarts": float(self.restarts)}, now=True)
+            self.end_games_of(i + 1)
+        self.agent.receive(result)
 
     def end_games_of(self, worker_id: int) -> None:
         replay = self.agent.replay
@@ -286,11 +305,13 @@ class _Driver:
                                     timeout=0)
                 if not ready and not self.can_train():
                     ready, _ = ray.wait(list(self.in_flight), num_returns=1)
+            if not self.in_flight and not self.can_train():
+                time.sleep(RETRY_S / 10)  # every actor is being restarted
             for ref in ready:
-                i = self.in_flight[ref][0]
+                i = self.in_flight[ref]
                 result = self.collect(ref)
                 if result is not None:
-                    agent.receive(result)
+                    self.deliver(i, result)
                     reported.add(i)
                     if result.seconds > 0:
                         rate = result.num_transitions / result.seconds
@@ -334,25 +355,32 @@ class _Driver:
     def stop(self) -> None:
         """Takes the actors' last results and unsent positions, ends their games in the
         replay, and stops them."""
-        agent, ray = self.agent, self.ray
+        ray = self.ray
         deadline = time.monotonic() + ACTOR_TIMEOUT_S
         for ref in list(self.in_flight):
             try:
                 ready, _ = ray.wait([ref], timeout=max(0.0, deadline - time.monotonic()))
                 if ready:
+                    i = self.in_flight[ref]
                     result = self.collect(ref)
                     if result is not None:
-                        agent.receive(result)
+                        self.deliver(i, result)
             except Exception:  # noqa: BLE001 - a dying cluster: keep what was received
                 pass
         self.in_flight.clear()
         flushes = {i: actor.flush.remote() for i, actor in self.actors.items()}
         for i, ref in flushes.items():
-            try:
-                result = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
-                agent.receive(result)
-            except Exception:  # noqa: BLE001 - its unsent positions are lost
-                pass
+            while True:  # an actor Ray is restarting answers once it is back (its restart
+                try:     # is counted), or the deadline passes
+                    self.deliver(i, ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+                except self.ray.exceptions.RayActorError:
+                    if time.monotonic() + RETRY_S < deadline:
+                        time.sleep(RETRY_S)
+                        ref = self.actors[i].flush.remote()
+                        continue
+                except Exception:  # noqa: BLE001 - its unsent positions are lost
+                    pass
+                break
             self.end_games_of(i + 1)
         self.eval_pending.clear()
         try:  # the last evaluation started belongs in the logs

@@ -68,8 +68,9 @@ def game_symmetries(env: gym.Env) -> list[Symmetry]:
 def augment_batch(batch, symmetries: list[Symmetry], rng: np.random.Generator) -> np.ndarray:
     """Replaces each sample of a replay :class:`~muzero_gym.replay.Batch` by a uniformly drawn
     symmetric copy (the identity included), in place: observations, unrolled actions, policy
-    targets, legal moves and, when present, the unrolled states' inputs. Values, rewards and masks are
-    unchanged. Returns the index drawn per sample (0 = identity, i = ``symmetries[i - 1]``)."""
+    targets, legal moves and, when present, the unrolled states' inputs. Values, rewards and
+    masks are unchanged. Returns the index drawn per sample (0 = identity, i =
+    ``symmetries[i - 1]``)."""
     choice = rng.integers(0, len(symmetries) + 1, size=batch.observations.shape[0])
     for index, symmetry in enumerate(symmetries, start=1):
         rows = np.flatnonzero(choice == index)

@@ -116,6 +116,7 @@ class PlayResult:
     search: dict[str, list[float]] = field(default_factory=dict)  # search statistics by tag
     seconds: float = 0.0
     worker_id: int = 0
+    restarted: bool = False  # the first result of a Ray actor's process started after a death
 
 
 class SelfPlayWorker:

@@ -76,10 +76,9 @@ def test_ray_training_logs_as_local_and_resumes_on_either_backend(local_cluster,
     assert load_checkpoint(run)["counters"]["env_steps"] >= saved + 160
 
 
-# Slow: a death is counted only when a call queued on the actor fails, and under load the
-# killed actor may have had none queued (paused by the replay ratio), so this run can miss it.
-@pytest.mark.slow
 def test_a_killed_actor_is_restarted_and_training_goes_on(local_cluster, tmp_path):
+    """Killed with calls queued (they fail) or while paused for the learner (only its new
+    process's first result shows the death), the actor is counted once and its games end."""
     run = tmp_path / "run"
     agent = MuZeroAgent(tiny("train.eval_interval=0"), run_dir=run)
     killed = []
@@ -90,9 +89,11 @@ def test_a_killed_actor_is_restarted_and_training_goes_on(local_cluster, tmp_pat
 
     earlier = set(actor_pids())  # actors of the module's earlier runs, on their way out
 
-    def kill_one_actor():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not killed:
+    learning = threading.Event()
+    learning.set()
+
+    def kill_one_actor():  # actors start slowly on a busy machine: watch the whole run
+        while learning.is_set() and not killed:
             pids = [pid for pid in actor_pids() if pid not in earlier]
             if pids and agent.training_steps > 5:
                 os.kill(int(pids[0]), signal.SIGKILL)
@@ -101,13 +102,16 @@ def test_a_killed_actor_is_restarted_and_training_goes_on(local_cluster, tmp_pat
 
     killer = threading.Thread(target=kill_one_actor)
     killer.start()
-    agent.learn(900)
-    killer.join()
+    try:
+        agent.learn(900)
+    finally:
+        learning.clear()
+        killer.join()
     assert killed, "no actor process was found"
     assert agent.env_steps >= 900
     events = EventAccumulator(str(run))
     events.Reload()
-    assert max(e.value for e in events.Scalars("faults/actor_restarts")) >= 1
+    assert max(e.value for e in events.Scalars("faults/actor_restarts")) == 1
     assert agent.replay.running_games() == []
 
 
