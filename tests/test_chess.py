@@ -169,3 +169,18 @@ def test_stockfish_plays_legal_moves_against_the_agent(chess_checkpoint):
     finally:
         opponent.close()
     assert result.games == 2 and sum(result.losses) + sum(result.draws) >= 1
+
+
+@pytest.mark.parametrize("fen, mate", [
+    ("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1", "Ra8#"),  # White to move
+    ("r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1", "Ra1#"),  # the same with the colours swapped
+])
+def test_the_true_rules_search_mates_in_one_with_either_colour(fen, mate):
+    from muzero_gym.agents.muzero import MuZeroAgent
+    from muzero_gym.config import load_config
+
+    agent = MuZeroAgent(load_config("chess_cpu", ["search.eval_simulations=64",
+                                                  "model.num_channels=8", "model.num_blocks=1"]))
+    env = ChessEnv()
+    observation, info = env.reset(options={"fen": fen})
+    assert env.san_of_action(agent.predict(observation, info=info, env=env)) == mate
