@@ -79,6 +79,36 @@ def encode_move(move: chess.Move, color: chess.Color) -> int:
     return start * NUM_KINDS + _kind_of_step()[(df, dr, under)]
 
 
+@functools.cache
+def _action_table() -> np.ndarray:
+    """[64 from, 64 to, 4] the action of a move between two squares seen from the mover's
+    side, by promotion (none or queen, knight, bishop, rook); -1 where there is none."""
+    table = np.full((64, 64, 4), -1, dtype=np.int64)
+    for (df, dr, under), kind in _kind_of_step().items():
+        for start in range(64):
+            file, rank = chess.square_file(start) + df, chess.square_rank(start) + dr
+            if 0 <= file < 8 and 0 <= rank < 8:
+                column = 0 if under is None else UNDERPROMOTIONS.index(under) + 1
+                table[start, chess.square(file, rank), column] = start * NUM_KINDS + kind
+    return table
+
+
+# python-chess piece type (0 = no promotion) -> column of _action_table: a queen promotion is a
+# queen-direction move, knight/bishop/rook promotions are underpromotions
+_PROMOTION_COLUMN = np.array([0, 0, 1, 2, 3, 0, 0], dtype=np.int64)
+
+
+def _encode_moves(moves: Sequence[chess.Move], color: chess.Color) -> np.ndarray:
+    """The actions of many moves of ``color`` at once (:func:`encode_move` for each)."""
+    flip = 0 if color == chess.WHITE else 56  # square_mirror: rank r -> 7 - r
+    count = len(moves)
+    start = np.fromiter((m.from_square for m in moves), dtype=np.int64, count=count) ^ flip
+    end = np.fromiter((m.to_square for m in moves), dtype=np.int64, count=count) ^ flip
+    promotion = np.fromiter((m.promotion or 0 for m in moves), dtype=np.int64, count=count)
+    return _action_table()[start, end, _PROMOTION_COLUMN[promotion]]
+
+
+
 def decode_action(action: int, board: chess.Board) -> chess.Move | None:
     """The move of ``action`` for the side to move on ``board`` (None if off the board)."""
     color = board.turn
@@ -98,11 +128,15 @@ def decode_action(action: int, board: chess.Board) -> chess.Move | None:
 
 @dataclass
 class ChessState:
-    """A whole game: python-chess's board (with its move stack), the last 8 positions' planes
-    (from White's side; ``planes[0]`` is now), and the result."""
+    """A whole game: python-chess's board, the last 8 positions' planes (from White's side;
+    ``planes[0]`` is now), the plies played and the result. The board's move stack holds the
+    moves since the last capture or pawn move (at least the last move): all that repetitions
+    and the fifty-move rule look at, so copying a position costs the same late in a game as
+    early."""
 
     board: chess.Board
     planes: np.ndarray  # [8, 14, 8, 8] uint8
+    plies: int = 0  # moves played since the game's first position
     done: bool = False
     winner: int | None = None  # 0 White, 1 Black, None while playing or on a draw
     result: str = ""
@@ -112,26 +146,20 @@ class ChessState:
         return 0 if self.board.turn == chess.WHITE else 1
 
     def copy(self) -> ChessState:
-        return ChessState(self.board.copy(), self.planes.copy(), self.done, self.winner,
-                          self.result)
+        return ChessState(self.board.copy(), self.planes.copy(), self.plies, self.done,
+                          self.winner, self.result)
 
 
 def _position_planes(board: chess.Board) -> np.ndarray:
     """[14, 8, 8]: White's 6 piece types, Black's 6, repetition once, twice (White's side)."""
-    out = np.zeros((PLANES_PER_POSITION, 64), dtype=np.uint8)
-    for c, color in enumerate((chess.WHITE, chess.BLACK)):
-        for p, piece in enumerate(chess.PIECE_TYPES):
-            mask = board.pieces_mask(piece, color)
-            out[6 * c + p] = _bits(mask)
+    out = np.empty((PLANES_PER_POSITION, 64), dtype=np.uint8)
+    masks = np.array([board.pieces_mask(piece, color) for color in (chess.WHITE, chess.BLACK)
+                      for piece in chess.PIECE_TYPES], dtype=np.uint64)
+    # the bits of each python-chess square mask, square 0 (a1) first
+    out[:12] = np.unpackbits(masks.view(np.uint8), bitorder="little").reshape(12, 64)
     out[12] = board.is_repetition(2)
     out[13] = board.is_repetition(3)
     return out.reshape(PLANES_PER_POSITION, 8, 8)
-
-
-def _bits(mask: int) -> np.ndarray:
-    """[64] the bits of a python-chess square mask (square 0 = a1 first)."""
-    return np.unpackbits(np.array([mask], dtype=np.uint64).view(np.uint8),
-                         bitorder="little")
 
 
 class ChessEnv(TurnGameEnv):
@@ -158,8 +186,7 @@ class ChessEnv(TurnGameEnv):
     def legal_mask(self, state: ChessState) -> np.ndarray:
         mask = np.zeros(NUM_ACTIONS, dtype=np.bool_)
         if not state.done:
-            color = state.board.turn
-            mask[[encode_move(m, color) for m in state.board.legal_moves]] = True
+            mask[_encode_moves(list(state.board.legal_moves), state.board.turn)] = True
         return mask
 
     def _judge(self, state: ChessState) -> None:
@@ -177,7 +204,7 @@ class ChessEnv(TurnGameEnv):
             state.done, state.result = True, "threefold repetition"
         elif board.halfmove_clock >= 100:
             state.done, state.result = True, "fifty moves"
-        elif len(board.move_stack) >= self.max_moves:
+        elif state.plies >= self.max_moves:
             state.done, state.result = True, f"{self.max_moves} moves"
 
     def simulate(self, states: Sequence[ChessState], actions: np.ndarray, observe: bool = True
@@ -200,12 +227,12 @@ class ChessEnv(TurnGameEnv):
         new_states, rewards = [], np.zeros(len(states))
         for i, (state, move) in enumerate(zip(states, moves)):
             mover = state.to_play
-            board = state.board.copy()
+            board = state.board.copy(stack=state.board.halfmove_clock)
             board.push(move)
             planes = np.empty_like(state.planes)
             planes[0] = _position_planes(board)
             planes[1:] = state.planes[:-1]
-            new = ChessState(board, planes)
+            new = ChessState(board, planes, state.plies + 1)
             self._judge(new)
             rewards[i] = 1.0 if new.winner == mover else 0.0
             new_states.append(new)

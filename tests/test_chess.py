@@ -38,8 +38,9 @@ def test_every_legal_move_has_one_action_and_back():
             assert len(set(actions)) == len(actions) and max(actions) < NUM_ACTIONS
             for move, action in zip(board.legal_moves, actions):
                 assert decode_action(action, board) == move
+            mask = env.legal_mask(env.initial_state(board.fen()))
+            assert np.flatnonzero(mask).tolist() == sorted(actions)
             board.push(list(board.legal_moves)[int(rng.integers(board.legal_moves.count()))])
-    del env
 
 
 def test_promotions_queen_by_a_queen_move_and_underpromotions_by_their_own():
@@ -72,6 +73,30 @@ def test_checkmate_rewards_the_mover_and_ends_the_game():
     _, reward, done, _, info = play_uci(env, "d8h4")  # fool's mate
     assert done and reward == 1.0 and env.state.winner == 1
     assert env.state.result == "checkmate" and info["action_mask"].all()
+
+
+def test_a_long_game_keeps_its_ply_count_and_its_repetitions():
+    """Positions keep only the moves since the last capture or pawn move; the game still ends
+    by a repetition of reversible moves late in a game, and at max_moves plies."""
+    env = ChessEnv(max_moves=30)
+    env.reset()
+    shuffle = ["g1f3", "g8f6", "f3g1", "f6g8"]
+    play_uci(env, "e2e4", "e7e5", *shuffle)  # the start after e4 e5: twice
+    assert not env.state.done and len(env.state.board.move_stack) == 4
+    _, _, done, _, _ = play_uci(env, *shuffle)  # three times
+    assert done and env.state.result == "threefold repetition"
+    env.reset()
+    play_uci(env, "e2e4", "e7e5", *shuffle, "d2d4", "d7d5", *shuffle, "c2c4", "c7c6")
+    assert env.state.plies == 14 and len(env.state.board.move_stack) == 1
+    knights = ["b1c3", "b8a6", "c3b1", "a6b8"]
+    play_uci(env, *knights)
+    assert not env.state.done
+    _, _, done, _, _ = play_uci(env, *knights)
+    assert done and env.state.result == "threefold repetition" and env.state.plies == 22
+    env = ChessEnv(max_moves=6)
+    env.reset()
+    _, _, done, _, _ = play_uci(env, "e2e4", "e7e5", *shuffle)
+    assert done and env.state.result == "6 moves" and env.state.plies == 6
 
 
 @pytest.mark.parametrize("fen, moves, result", [
