@@ -78,13 +78,22 @@ def start_ray(address: str | None, num_actors: int) -> bool:
         # Ray binds its servers to every interface unless it runs as a single-node cluster,
         # which its RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 says. Ray reads that when imported:
         # the environment carries it to the processes Ray starts, the constant to this one.
+        # The variable is put back afterwards: a `ray start` this program runs later (a
+        # cluster of its own) must not inherit it.
+        before = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1",
-                 num_cpus=max(os.cpu_count() or 1, num_actors + 1), runtime_env=runtime_env,
-                 logging_level="ERROR", log_to_driver=False)
+        try:
+            ray.init(include_dashboard=False, _node_ip_address="127.0.0.1",
+                     num_cpus=max(os.cpu_count() or 1, num_actors + 1),
+                     runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
+        finally:
+            if before is None:
+                del os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
+            else:
+                os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = before
     else:
         ray.init(address=address, runtime_env=runtime_env, logging_level="ERROR",
                  log_to_driver=False)
