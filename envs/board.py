@@ -94,15 +94,15 @@ class TextGameEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.state = self.initial_state()
-        return self._started()
-
-    def _started(self):
-        """What ``reset`` returns once ``self.state`` holds the new game (drawn first when
-        rendering for humans)."""
+        self.state = self.start_state(options)
         if self.render_mode == "human":
             self.render()
         return self.observe(self.state), self._info()
+
+    def start_state(self, options: dict | None) -> Any:
+        """The position a game starts from, given ``reset``'s options (by default the game's
+        ``initial_state()``; chess and shogi read a FEN or SFEN there)."""
+        return self.initial_state()
 
     def step(self, action):
         self.state, reward = self.play(self.state, int(action))

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import chess
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -72,11 +71,7 @@ def _orient(square: int, color: chess.Color) -> int:
 
 def encode_move(move: chess.Move, color: chess.Color) -> int:
     """The action of ``move`` played by ``color``."""
-    start, end = _orient(move.from_square, color), _orient(move.to_square, color)
-    df = chess.square_file(end) - chess.square_file(start)
-    dr = chess.square_rank(end) - chess.square_rank(start)
-    under = move.promotion if move.promotion in UNDERPROMOTIONS else None
-    return start * NUM_KINDS + _kind_of_step()[(df, dr, under)]
+    return int(_encode_moves([move], color)[0])
 
 
 @functools.cache
@@ -106,7 +101,6 @@ def _encode_moves(moves: Sequence[chess.Move], color: chess.Color) -> np.ndarray
     end = np.fromiter((m.to_square for m in moves), dtype=np.int64, count=count) ^ flip
     promotion = np.fromiter((m.promotion or 0 for m in moves), dtype=np.int64, count=count)
     return _action_table()[start, end, _PROMOTION_COLUMN[promotion]]
-
 
 
 def decode_action(action: int, board: chess.Board) -> chess.Move | None:
@@ -264,15 +258,12 @@ class ChessEnv(TurnGameEnv):
 
     # ---- Gymnasium API -------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        gym.Env.reset(self, seed=seed)
+    def start_state(self, options: dict | None) -> ChessState:
         fen = (options or {}).get("fen")
         try:
-            self.state = self.initial_state(fen)
+            return self.initial_state(fen)
         except ValueError as e:
             raise ValueError(f"bad FEN {fen!r}: {e}") from None
-        return self._started()
-
 
     # ---- notation ------------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cshogi
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -237,11 +236,8 @@ class ShogiEnv(TurnGameEnv):
 
     # ---- Gymnasium API -------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        gym.Env.reset(self, seed=seed)
-        self.state = self.initial_state((options or {}).get("sfen"))
-        return self._started()
-
+    def start_state(self, options: dict | None) -> ShogiState:
+        return self.initial_state((options or {}).get("sfen"))
 
     # ---- notation ------------------------------------------------------------------------------
 

@@ -279,6 +279,21 @@ class _Driver:
             self.end_games_of(i + 1)
         self.agent.receive(result)
 
+    def last_result(self, i: int, ref: Any, deadline: float) -> PlayResult | None:
+        """The answer to actor ``i``'s flush call ``ref``. An actor Ray is still restarting is
+        asked again until it answers (its restart is then counted) or ``deadline`` passes;
+        None means its unsent positions are lost."""
+        while True:
+            try:
+                return self.ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+            except self.ray.exceptions.RayActorError:
+                if time.monotonic() + RETRY_S >= deadline:
+                    return None
+                time.sleep(RETRY_S)
+                ref = self.actors[i].flush.remote()
+            except Exception:  # noqa: BLE001 - a dying cluster
+                return None
+
     def end_games_of(self, worker_id: int) -> None:
         replay = self.agent.replay
         lost = [s for s in replay.running_games() if s // SOURCE_ID_STRIDE == worker_id]
@@ -379,17 +394,9 @@ class _Driver:
         self.in_flight.clear()
         flushes = {i: actor.flush.remote() for i, actor in self.actors.items()}
         for i, ref in flushes.items():
-            while True:  # an actor Ray is restarting answers once it is back (its restart
-                try:     # is counted), or the deadline passes
-                    self.deliver(i, ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
-                except self.ray.exceptions.RayActorError:
-                    if time.monotonic() + RETRY_S < deadline:
-                        time.sleep(RETRY_S)
-                        ref = self.actors[i].flush.remote()
-                        continue
-                except Exception:  # noqa: BLE001 - its unsent positions are lost
-                    pass
-                break
+            result = self.last_result(i, ref, deadline)
+            if result is not None:
+                self.deliver(i, result)
             self.end_games_of(i + 1)
         self.eval_pending.clear()
         try:  # the last evaluation started belongs in the logs
