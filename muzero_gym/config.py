@@ -363,6 +363,16 @@ class TrainConfig(_Section):
         0, "two-player evaluation: random moves that open each game (pairs of games share an "
         "opening with the seats swapped), so that greedy play does not repeat one game", low=0)
 
+    def _check(self) -> None:
+        if (self.bootstrap_source == "target_network" and self.reanalyse_fraction > 0
+                and not self.reanalyse_policy):
+            raise ConfigError(
+                f"train.reanalyse_fraction = {self.reanalyse_fraction} with train.bootstrap_source"
+                " = 'target_network': every value target then bootstraps from the target network,"
+                " so reanalysed values would be computed and thrown away; set "
+                "train.reanalyse_fraction = 0, bootstrap_source = 'search' or "
+                "reanalyse_policy = true")
+
 
 @dataclass(frozen=True)
 class LogConfig(_Section):

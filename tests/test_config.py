@@ -8,6 +8,7 @@ from muzero_gym.config import (
     Config,
     ConfigError,
     SearchConfig,
+    TrainConfig,
     field_doc,
     list_presets,
     load_config,
@@ -64,6 +65,13 @@ def test_wrong_types_and_choices_are_errors():
         SearchConfig(temperature_steps=[10.0], temperatures=[1.0])
     with pytest.raises(ConfigError, match="expected section.key=value"):
         load_config("cartpole", ["num_simulations=3"])
+
+
+def test_reanalysed_values_that_would_be_thrown_away_are_an_error():
+    with pytest.raises(ConfigError, match="reanalysed values would be computed and thrown away"):
+        TrainConfig(bootstrap_source="target_network", reanalyse_fraction=0.5)
+    TrainConfig(bootstrap_source="target_network", reanalyse_fraction=0.5, reanalyse_policy=True)
+    TrainConfig(bootstrap_source="search", reanalyse_fraction=0.5)
 
 
 def test_unknown_preset_lists_the_known_ones():
