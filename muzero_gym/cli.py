@@ -55,11 +55,13 @@ def _signal_name(stop: KeyboardInterrupt) -> str:
 @contextlib.contextmanager
 def _stop_signals() -> Iterator[None]:
     """SIGTERM (cluster schedulers, ``docker stop``) and SIGHUP (a closed terminal) stop a
-    run the way Ctrl-C does."""
+    run the way Ctrl-C does. A signal the process was started ignoring stays ignored: a run
+    under ``nohup`` outlives its terminal."""
     def stop(signum: int, frame: object) -> None:
         raise Stopped(signum)
 
-    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)
+             and signal.getsignal(getattr(signal, s)) is not signal.SIG_IGN]
     previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
     try:
         yield

@@ -20,7 +20,7 @@ import torch
 
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.checkpoint import load_checkpoint
-from muzero_gym.cli import main
+from muzero_gym.cli import _stop_signals, main
 from muzero_gym.config import EnvConfig, load_config
 from muzero_gym.environment import DEFAULT_MAX_EPISODE_STEPS, episode_step_limit, make_env
 from muzero_gym.learner import TrainingDivergedError
@@ -197,7 +197,15 @@ def test_sigterm_saves_and_says_how_to_resume(tmp_path):
     assert f"muzero-gym train --resume {run}" in lines[0]
 
 
-def test_sighup_stops_a_run_like_ctrl_c(tmp_path, capsys, monkeypatch):
+@pytest.fixture
+def sighup_default():
+    """SIGHUP at its default for the test (under nohup it starts ignored), restored after."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
+
+def test_sighup_stops_a_run_like_ctrl_c(tmp_path, capsys, monkeypatch, sighup_default):
     learn = MuZeroAgent.learn
 
     def learn_then_hang_up(self, *args, **kwargs):
@@ -377,3 +385,14 @@ def test_a_checkpoint_never_imports_a_module_by_itself(tmp_path, capsys):
                  "--trust-env-module"]) == 0
     assert main(["train", "fake_envs:Walk-v0", "--resume", str(tmp_path / "run"),
                  "--env-steps", "40", "--no-progress"]) == 0
+
+
+def test_a_run_started_ignoring_sighup_keeps_ignoring_it():
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with _stop_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # still stops the run
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
