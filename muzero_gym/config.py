@@ -369,9 +369,8 @@ class TrainConfig(_Section):
             raise ConfigError(
                 f"train.reanalyse_fraction = {self.reanalyse_fraction} with train.bootstrap_source"
                 " = 'target_network': every value target then bootstraps from the target network,"
-                " so reanalysed values would be computed and thrown away; set "
-                "train.reanalyse_fraction = 0, bootstrap_source = 'search' or "
-                "reanalyse_policy = true")
+                " so reanalyse would change nothing; set train.reanalyse_fraction = 0, "
+                "bootstrap_source = 'search' or reanalyse_policy = true")
 
 
 @dataclass(frozen=True)

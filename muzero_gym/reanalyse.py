@@ -35,11 +35,13 @@ def _search(network: MuZeroNetwork, search: BatchedMCTS, inputs: SearchInputs,
 
 @torch.inference_mode()
 def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fraction: float,
-              rng: np.random.Generator, refresh_policy: bool = False) -> int:
+              rng: np.random.Generator, refresh_policy: bool = False,
+              refresh_values: bool = True) -> int:
     """Replaces targets of about ``fraction`` of the batch in place; returns the rows changed.
 
-    The batch must be sampled with ``with_bootstrap_inputs=True`` (and
-    ``with_unrolled_inputs=True`` for ``refresh_policy``).
+    ``refresh_values=False`` leaves the value targets (and their searches) out, for a learner
+    that bootstraps every value from its target network. The batch must be sampled with
+    ``with_bootstrap_inputs=True`` (and ``with_unrolled_inputs=True`` for ``refresh_policy``).
     """
     if fraction <= 0.0:
         return 0
@@ -50,12 +52,13 @@ def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fractio
     network.eval()
     try:
         chosen = rng.random(batch.observations.shape[0]) < fraction
-        rows, steps, result = _search(network, search, batch.bootstrap,
-                                      batch.bootstrap.valid & chosen[:, None], rng)
-        if result is not None:
-            batch.target_value[rows, steps] = (batch.reward_sum[rows, steps]
-                                               + batch.bootstrap_scale[rows, steps]
-                                               * result.root_value)
+        if refresh_values:
+            rows, steps, result = _search(network, search, batch.bootstrap,
+                                          batch.bootstrap.valid & chosen[:, None], rng)
+            if result is not None:
+                batch.target_value[rows, steps] = (batch.reward_sum[rows, steps]
+                                                   + batch.bootstrap_scale[rows, steps]
+                                                   * result.root_value)
         if refresh_policy:
             mask = batch.unrolled.valid & batch.policy_mask & chosen[:, None]
             rows, steps, result = _search(network, search, batch.unrolled, mask, rng)

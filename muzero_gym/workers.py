@@ -287,7 +287,8 @@ class LearnerWorker:
         train = self.config.train
         if train.reanalyse_fraction > 0:  # here: it reads the target network the step updates
             reanalyse(batch, self.learner.target_network, self.reanalyse_search,
-                      train.reanalyse_fraction, self._reanalyse_rng, train.reanalyse_policy)
+                      train.reanalyse_fraction, self._reanalyse_rng, train.reanalyse_policy,
+                      refresh_values=train.bootstrap_source == "search")
         step = self.learner.train_step(batch)
         priorities = step.pop("priorities")
         metrics["replay/sample_age"].append(float(np.mean(batch.ages)))

@@ -67,8 +67,8 @@ def test_wrong_types_and_choices_are_errors():
         load_config("cartpole", ["num_simulations=3"])
 
 
-def test_reanalysed_values_that_would_be_thrown_away_are_an_error():
-    with pytest.raises(ConfigError, match="reanalysed values would be computed and thrown away"):
+def test_a_reanalyse_that_would_change_nothing_is_an_error():
+    with pytest.raises(ConfigError, match="reanalyse would change nothing"):
         TrainConfig(bootstrap_source="target_network", reanalyse_fraction=0.5)
     TrainConfig(bootstrap_source="target_network", reanalyse_fraction=0.5, reanalyse_policy=True)
     TrainConfig(bootstrap_source="search", reanalyse_fraction=0.5)

@@ -32,7 +32,9 @@ def replay_with_games():
     return replay
 
 
-def test_reanalysed_values_bootstrap_from_a_fresh_search():
+def network_search_and_batch():
+    """A network whose values vary (so fresh searches differ from the stored 5.0 and 50/50),
+    its search, and 16 sampled positions with the inputs reanalyse needs."""
     torch.manual_seed(0)
     net = build_network(ModelConfig(hidden_size=8, layer_size=16, value_support_size=5,
                                     reward_support_size=2), (3,), 2)
@@ -41,6 +43,11 @@ def test_reanalysed_values_bootstrap_from_a_fresh_search():
     search = BatchedMCTS(SearchSettings(num_simulations=6, discount=0.9), 2)
     batch = replay_with_games().sample(16, np.random.default_rng(1), with_bootstrap_inputs=True,
                                        with_unrolled_inputs=True)
+    return net, search, batch
+
+
+def test_reanalysed_values_bootstrap_from_a_fresh_search():
+    net, search, batch = network_search_and_batch()
     stored_values = batch.target_value.copy()
     changed = reanalyse(batch, net, search, 1.0, np.random.default_rng(2), refresh_policy=True)
     assert changed == 16
@@ -56,6 +63,15 @@ def test_reanalysed_values_bootstrap_from_a_fresh_search():
     searched = batch.policy_mask
     assert not np.allclose(batch.target_policy[searched], 0.5)  # fresh visit distributions
     np.testing.assert_allclose(batch.target_policy[searched].sum(-1), 1.0)
+
+
+def test_values_left_out_keep_their_targets_while_policies_refresh():
+    net, search, batch = network_search_and_batch()
+    stored_values = batch.target_value.copy()
+    assert reanalyse(batch, net, search, 1.0, np.random.default_rng(2), refresh_policy=True,
+                     refresh_values=False) == 16
+    np.testing.assert_array_equal(batch.target_value, stored_values)
+    assert not np.allclose(batch.target_policy[batch.policy_mask], 0.5)
 
 
 def test_reanalyse_needs_the_inputs():
