@@ -304,6 +304,10 @@ class TrainConfig(_Section):
         0.0, "weight of EfficientZero's self-supervised consistency loss; 0 = off", low=0.0)
     target_update_interval: int = _field(200, "learner steps between target network refreshes",
                                          low=1)
+    target_update_tau: float = _field(
+        0.0, "Polyak averaging: each learner step moves the target network this share of the "
+        "way to the trained one (target_update_interval is then unused); 0 = hard refreshes",
+        low=0.0, high=1.0)
     bootstrap_source: str = _field(
         "search", "bootstrap values from stored search values or the target network",
         choices=("search", "target_network"))

@@ -13,7 +13,8 @@ Weight decay is the optimizer's L2 term, as in the reference. With ``consistency
 projected unrolled hidden state and the stop-gradient projection of the real next observation's
 representation) is added per unrolled step. The learning rate follows
 ``lr_init * lr_decay_rate ** (step / lr_decay_steps)`` after an optional linear warm-up. A target
-network, refreshed every ``target_update_interval`` steps, supplies bootstrap values when
+network, refreshed every ``target_update_interval`` steps (or Polyak-averaged every step with
+``target_update_tau``), supplies bootstrap values when
 ``train.bootstrap_source = "target_network"``.
 """
 
@@ -189,7 +190,9 @@ class Learner:
             self._diverged(f"the gradient norm is {float(grad_norm)}")
         self.optimizer.step()
         self.training_step += 1
-        if self.training_step % self.config.target_update_interval == 0:
+        if self.config.target_update_tau > 0:
+            self.average_into_target_network(self.config.target_update_tau)
+        elif self.training_step % self.config.target_update_interval == 0:
             self.update_target_network()
         return {"total": float(total.detach()), **{k: float(v) for k, v in parts.items()},
                 "lr": lr, "grad_norm": float(grad_norm),
@@ -202,6 +205,15 @@ class Learner:
 
     def update_target_network(self) -> None:
         self.target_network.load_state_dict(self.network.state_dict())
+
+    @torch.no_grad()
+    def average_into_target_network(self, tau: float) -> None:
+        """Polyak step: target parameters move ``tau`` of the way to the trained ones; buffers
+        (batch-norm statistics) are copied."""
+        torch._foreach_lerp_(list(self.target_network.parameters()),
+                             list(self.network.parameters()), tau)
+        for target, source in zip(self.target_network.buffers(), self.network.buffers()):
+            target.copy_(source)
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain numbers only (loadable with ``weights_only=True``)."""

@@ -83,6 +83,20 @@ def test_target_network_is_refreshed_every_n_steps():
         assert torch.equal(a, b)
 
 
+def test_polyak_target_moves_tau_of_the_way_every_step():
+    learner = make_learner(target_update_tau=0.25, target_update_interval=1)
+    batch = filled_replay().sample(16, np.random.default_rng(0))
+    for _ in range(2):
+        before = [p.clone() for p in learner.target_network.parameters()]
+        learner.train_step(batch)
+        for old, new, trained in zip(before, learner.target_network.parameters(),
+                                     learner.network.parameters()):
+            # new = old + 0.25 (trained - old): a float32 lerp, exact to a few ulps
+            torch.testing.assert_close(new, old + 0.25 * (trained - old), rtol=1e-6, atol=1e-7)
+        assert not all(torch.equal(a, b) for a, b in zip(learner.network.parameters(),
+                                                         learner.target_network.parameters()))
+
+
 def test_bootstrap_from_the_target_network():
     learner = make_learner(bootstrap_source="target_network")
     replay = filled_replay()
