@@ -70,6 +70,10 @@ class Learner:
         self.target_network = copy.deepcopy(self.network).eval()
         for p in self.target_network.parameters():
             p.requires_grad_(False)
+        # Paired once: Polyak steps and state loads update these tensors in place.
+        self._polyak_pairs = (list(self.target_network.parameters()),
+                              list(self.network.parameters()))
+        self._buffer_pairs = list(zip(self.target_network.buffers(), self.network.buffers()))
         # On a GPU the optimizer updates every parameter in one fused kernel.
         fused = {"fused": True} if self.device.type == "cuda" else {}
         if config.optimizer == "sgd":
@@ -210,9 +214,8 @@ class Learner:
     def average_into_target_network(self, tau: float) -> None:
         """Polyak step: target parameters move ``tau`` of the way to the trained ones; buffers
         (batch-norm statistics) are copied."""
-        torch._foreach_lerp_(list(self.target_network.parameters()),
-                             list(self.network.parameters()), tau)
-        for target, source in zip(self.target_network.buffers(), self.network.buffers()):
+        torch._foreach_lerp_(*self._polyak_pairs, tau)
+        for target, source in self._buffer_pairs:
             target.copy_(source)
 
     def state_dict(self) -> dict[str, Any]:
