@@ -78,6 +78,12 @@ class Batch:
     unrolled: SearchInputs | None = None  # the states at positions index .. index + K (valid
     # up to the episode's final state)
 
+    @property
+    def effective_size(self) -> float:
+        """Kish's effective sample size of the importance weights, (sum w)^2 / sum w^2: the batch
+        size when every weight is equal, near 1 when one sample's weight outweighs the rest."""
+        return float(self.weights.sum() ** 2 / np.square(self.weights).sum())
+
 
 class _Rows:
     """A growable array along its first axis: amortised O(1) appends, O(1) removal of rows

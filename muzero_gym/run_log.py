@@ -3,7 +3,9 @@
 Tags written by the agent: ``charts/episodic_return``, ``charts/episodic_length``,
 ``eval/return_mean``, ``losses/{total,value,reward,policy}``, ``train/lr``, ``train/grad_norm``,
 ``search/root_value``, ``search/visit_entropy``, ``search/max_depth``,
-``perf/env_steps_per_s``, ``perf/train_steps_per_s``, ``replay/size``. The resolved config is
+``perf/env_steps_per_s``, ``perf/train_steps_per_s``, ``replay/size``,
+``replay/effective_batch_size`` (how many samples the importance weights leave a batch:
+prioritized replay can shrink it to a few). The resolved config is
 written as an hparams table (its metric: ``eval/return_mean``, or ``eval/win_rate`` for
 two-player games), as a text table and as ``config.toml`` in the run folder.
 

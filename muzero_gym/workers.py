@@ -292,6 +292,7 @@ class LearnerWorker:
         step = self.learner.train_step(batch)
         priorities = step.pop("priorities")
         metrics["replay/sample_age"].append(float(np.mean(batch.ages)))
+        metrics["replay/effective_batch_size"].append(batch.effective_size)
         metrics["diagnostics/value_error"].append(float(np.mean(priorities)))
         if update:
             self.replay.update_priorities(batch.slots, batch.game_ids, priorities)

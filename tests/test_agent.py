@@ -20,7 +20,8 @@ TINY = ["search.num_simulations=4", "env.num_envs=2", "train.batch_size=8",
 TAGS = ["charts/episodic_return", "charts/episodic_length", "eval/return_mean", "losses/total",
         "losses/value", "losses/reward", "losses/policy", "train/lr", "train/grad_norm",
         "search/root_value", "search/visit_entropy", "search/max_depth",
-        "perf/env_steps_per_s", "perf/train_steps_per_s", "replay/size"]
+        "perf/env_steps_per_s", "perf/train_steps_per_s", "replay/size",
+        "replay/effective_batch_size"]
 
 
 def tiny_agent(tmp_path, env_id="CartPole-v1", extra=()):

@@ -80,6 +80,9 @@ def test_prioritized_sampling_follows_priorities_and_weights_correct_for_it():
     weight_of = {int(s): float(w) for s, w in zip(batch.slots, batch.weights)}
     assert weight_of[0] == pytest.approx(1.0) and weight_of[3] == pytest.approx(0.25)
     assert (batch.game_ids == game_id).all()
+    # Kish's effective size: weights 1, 1, 1/2, 1/4 -> 2.75^2 / 2.3125 = 3.27 of 4
+    batch.weights = np.array([1.0, 1.0, 0.5, 0.25])
+    assert batch.effective_size == pytest.approx(2.75 ** 2 / 2.3125)
 
 
 def test_alpha_zero_and_uniform_mode_sample_uniformly():
@@ -89,6 +92,7 @@ def test_alpha_zero_and_uniform_mode_sample_uniformly():
         freq = np.bincount(batch.slots, minlength=4) / 8000
         np.testing.assert_allclose(freq, 0.25, atol=0.02)
         np.testing.assert_allclose(batch.weights, 1.0)
+        assert batch.effective_size == pytest.approx(8000)
 
 
 def test_update_priorities_changes_sampling_and_skips_reused_slots():
