@@ -6,10 +6,10 @@ Imported by go9_learning.py, chess_learning.py and shogi_learning.py."""
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import torch
+from _machine import cpu_name
 from _seeds import spread
 
 from muzero_gym.agents.muzero import MuZeroAgent
@@ -57,7 +57,7 @@ def run_seed(preset: str, engine: str, seed: int,
     config = load_config(preset, [*args.overrides, f"train.seed={seed}",
                                   "train.eval_interval=0", "log.progress=false"])
     print(f"{config.env.id} ({preset}), {args.minutes:g} min, seed {seed}, "
-          f"{platform.processor() or platform.machine()}, torch {torch.__version__}",
+          f"{cpu_name()}, torch {torch.__version__}",
           flush=True)
     agent = MuZeroAgent(config)
     trained = 0.0

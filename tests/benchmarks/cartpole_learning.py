@@ -13,11 +13,11 @@ evaluation below 400), then the mean and spread over the seeds.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import numpy as np
 import torch
+from _machine import cpu_name
 
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.config import load_config
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2500)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
+    print(f"{cpu_name()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads available", flush=True)
     results = [run_seed(s, args.max_env_steps, args.eval_every, args.overrides)
                for s in args.seeds]

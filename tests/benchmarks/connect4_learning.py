@@ -19,9 +19,9 @@ repeat one game per seat. No opening repeats while others remain (there are 49 o
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
+from _machine import cpu_name
 from _seeds import spread
 
 from muzero_gym.agents.muzero import MuZeroAgent
@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--save", help="write the trained agent's checkpoint here")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}, {args.minutes:g} min a seed",
+    print(f"{cpu_name()}, {args.minutes:g} min a seed",
           flush=True)
     results = [run_seed(seed, args) for seed in args.seeds]
     print()

@@ -14,12 +14,12 @@ Games: asterix, breakout, freeway, seaquest, space_invaders.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import gymnasium as gym
 import numpy as np
 import torch
+from _machine import cpu_name
 
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.config import load_config
@@ -81,7 +81,7 @@ def main() -> None:
     config = load_config(f"minatar_{args.game}", args.overrides)
     print(f"{config.env.id}, preset minatar_{args.game}, {args.minutes:g} min per seed, "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"{platform.processor() or platform.machine()}", flush=True)
+          f"{cpu_name()}", flush=True)
     random_mean = random_policy_mean(config.env.id, 100, 0)
     results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
                         args.final_episodes, args.overrides) for s in args.seeds]

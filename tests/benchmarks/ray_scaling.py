@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import textwrap
+
+from _machine import cpu_name
 
 SETTINGS = {  # a short run of each preset: small replay, no evaluation, no checkpoints
     "cartpole": ["train.eval_interval=0", "log.progress=false"],
@@ -106,7 +107,7 @@ def main() -> None:
                for p in args.presets}
         print("RESULTS " + json.dumps(out))
         return
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", flush=True)
+    print(f"{cpu_name()}, {os.cpu_count()} cores", flush=True)
     for preset in args.presets:
         results = runs(preset, args.env_steps, [] if args.two_nodes else args.actors, None)
         print_table(preset, results)

@@ -9,11 +9,11 @@ cshogi: a legal-move list and a push per position).
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import time
 
 import numpy as np
+from _machine import cpu_name
 
 import muzero_gym.envs  # noqa: F401  (registers the games)
 from muzero_gym.config import EnvConfig
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--batch", type=int, default=64)
     args = parser.parse_args()
-    print(f"{platform.processor() or platform.machine()}; simulate at B = {args.batch}")
+    print(f"{cpu_name()}; simulate at B = {args.batch}")
     print(f"{'game':<32} {'simulate positions/s':>21} {'library alone':>14}")
     for name, (env_id, kwargs) in GAMES.items():
         try:
