@@ -57,8 +57,7 @@ def run_seed(preset: str, engine: str, seed: int,
     config = load_config(preset, [*args.overrides, f"train.seed={seed}",
                                   "train.eval_interval=0", "log.progress=false"])
     print(f"{config.env.id} ({preset}), {args.minutes:g} min, seed {seed}, "
-          f"{cpu_name()}, torch {torch.__version__}",
-          flush=True)
+          f"{cpu_name()}, torch {torch.__version__}", flush=True)
     agent = MuZeroAgent(config)
     trained = 0.0
     while trained < args.minutes * 60:

@@ -76,8 +76,7 @@ def main() -> None:
     parser.add_argument("--save", help="write the trained agent's checkpoint here")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
-    print(f"{cpu_name()}, {args.minutes:g} min a seed",
-          flush=True)
+    print(f"{cpu_name()}, {args.minutes:g} min a seed", flush=True)
     results = [run_seed(seed, args) for seed in args.seeds]
     print()
     for name in results[0]:
