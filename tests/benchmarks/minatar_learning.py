@@ -6,7 +6,12 @@ evaluation of ``--final-episodes`` episodes; prints the curve, the final mean wi
 error, and a uniformly random policy's mean on the same game. Needs the [minatar] extra.
 
     python tests/benchmarks/minatar_learning.py [--game breakout] [--seeds 0 1 2]
-        [--minutes 30] [--eval-every 10000] [--set section.key=value ...]
+        [--minutes 30] [--eval-every N] [--eval-episodes N] [--final-episodes N]
+        [--set section.key=value ...]
+
+The evaluation schedule defaults to the game's (``EVALUATION``): 10 episodes every 10,000 env
+steps and 50 at the end, except Freeway, whose episodes last 2,500 steps (an evaluation of 10
+would take about a minute every 10,000 env steps): 8 every 40,000 and 32 at the end.
 
 Games: asterix, breakout, freeway, seaquest, space_invaders.
 """
@@ -26,6 +31,8 @@ from muzero_gym.config import load_config
 from muzero_gym.environment import register_envs
 
 GAMES = ("asterix", "breakout", "freeway", "seaquest", "space_invaders")
+# (eval every N env steps, episodes per evaluation, final episodes) of each game
+EVALUATION = {game: (10_000, 10, 50) for game in GAMES} | {"freeway": (40_000, 8, 32)}
 
 
 def random_policy_mean(env_id: str, episodes: int, seed: int) -> float:
@@ -73,15 +80,22 @@ def main() -> None:
     parser.add_argument("--game", choices=GAMES, default="breakout")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--final-episodes", type=int, default=50)
+    parser.add_argument("--eval-every", type=int, help="default: the game's (EVALUATION)")
+    parser.add_argument("--eval-episodes", type=int, help="default: the game's")
+    parser.add_argument("--final-episodes", type=int, help="default: the game's")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
+    for name, default in zip(("eval_every", "eval_episodes", "final_episodes"),
+                             EVALUATION[args.game]):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+        elif getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     config = load_config(f"minatar_{args.game}", args.overrides)
     print(f"{config.env.id}, preset minatar_{args.game}, {args.minutes:g} min per seed, "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"{cpu_name()}", flush=True)
+          f"evaluation: {args.eval_episodes} episodes every {args.eval_every:,} env steps, "
+          f"{args.final_episodes} at the end, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), {cpu_name()}", flush=True)
     random_mean = random_policy_mean(config.env.id, 100, 0)
     results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
                         args.final_episodes, args.overrides) for s in args.seeds]
