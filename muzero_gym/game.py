@@ -49,11 +49,15 @@ def _is_image(space: spaces.Box) -> bool:
 class ObservationEncoder:
     """Encodes observations of one Gymnasium space into the arrays the model reads.
 
-    ``shape`` and ``dtype`` describe one encoded observation: [C, H, W] uint8 for images
-    (a 2-D image gets C = 1, channels-last images are transposed), [C, H, W] float32 for any
-    other Box of rank 3 (board planes, MinAtar's bool planes: ``is_planes``), [F] float32
-    otherwise. Images and planes (``is_spatial``) stack on the channel axis, so convolutional
-    models can read them. ``layout`` (``env.observation_layout``) says how rank-3 planes come:
+    ``shape`` and ``dtype`` describe one encoded observation, as games and the replay hold it:
+    [C, H, W] uint8 for images (a 2-D image gets C = 1, channels-last images are transposed),
+    [C, H, W] for any other Box of rank 3 (board planes, MinAtar's bool planes: ``is_planes``),
+    uint8 0/1 when the space's dtype is bool and float32 otherwise, [F] float32 otherwise.
+    ``input_dtype`` is the dtype of the model inputs built from them (``Game.make_image``,
+    :func:`stack_observations`): float32 for planes (bool planes take a quarter of the memory
+    stored as uint8 and reach the model as the same 0.0 / 1.0), ``dtype`` otherwise. Images
+    and planes (``is_spatial``) stack on the channel axis, so convolutional models can read
+    them. ``layout`` (``env.observation_layout``) says how rank-3 planes come:
     ``auto`` and ``channels_first`` take them as [C, H, W], ``channels_last`` as [H, W, C]
     (then transposed); images are recognised by themselves.
     """
@@ -80,10 +84,11 @@ class ObservationEncoder:
             self._channels_last = layout == "channels_last"
             shape = tuple(int(d) for d in space.shape)
             self.shape = (shape[2], shape[0], shape[1]) if self._channels_last else shape
-            self.dtype = np.dtype(np.float32)
+            self.dtype = np.dtype(np.uint8 if space.dtype == np.bool_ else np.float32)
         else:
             self.shape = (self._flat_size(space, "observation space"),)
             self.dtype = np.dtype(np.float32)
+        self.input_dtype = np.dtype(np.float32) if self.is_planes else self.dtype
 
     @classmethod
     def _flat_size(cls, space: gym.Space, where: str) -> int:
@@ -112,7 +117,7 @@ class ObservationEncoder:
             return np.ascontiguousarray(image.transpose(2, 0, 1)) if self._channels_last \
                 else image
         if self.is_planes:
-            planes = np.asarray(observation, dtype=np.float32)
+            planes = np.asarray(observation, dtype=self.dtype)
             return np.ascontiguousarray(planes.transpose(2, 0, 1)) if self._channels_last \
                 else planes.copy()
         return self._flatten(self.space, observation)
@@ -122,7 +127,7 @@ class ObservationEncoder:
         array [B, *shape] of ``dtype``; unlike :meth:`encode` it may share memory with its input
         (the caller copies what it keeps)."""
         if self.is_planes:
-            planes = np.asarray(observations, dtype=np.float32)
+            planes = np.asarray(observations, dtype=self.dtype)
             if self._channels_last:
                 return planes.reshape(-1, *planes.shape[-3:]).transpose(0, 3, 1, 2)
             return planes.reshape(-1, *self.shape)
@@ -341,14 +346,14 @@ class Game:
             raise IndexError(f"the stack of state {index} reaches trimmed states")
         frames = [self.observations[max(i, 0) - self.base] for i in range(first, index + 1)]
         if not self.stack_actions:
-            return np.concatenate(frames, axis=0)
+            return np.concatenate(frames, axis=0).astype(self.encoder.input_dtype, copy=False)
         previous = [self.actions[i - 1 - self.base] if i > 0 else -1
                     for i in range(first, index + 1)]
         if self.encoder.is_spatial:
             planes = [np.full((1, *self.encoder.shape[1:]),
                               _action_level(a, self.num_actions, self.encoder.is_image),
-                              dtype=self.encoder.dtype) for a in previous]
-            return np.concatenate(frames + planes, axis=0)
+                              dtype=self.encoder.input_dtype) for a in previous]
+            return np.concatenate(frames + planes, axis=0, dtype=self.encoder.input_dtype)
         one_hots = np.zeros((len(previous), self.num_actions), dtype=np.float32)
         for row, a in enumerate(previous):
             if a >= 0:
@@ -392,7 +397,7 @@ def stack_observations(observations: np.ndarray, actions: np.ndarray, base: int,
     clipped = np.maximum(states, 0)
     if (clipped < base).any():
         raise IndexError("a stack reaches states that are no longer held")
-    frames = observations[clipped - base]  # [n, N, *shape]
+    frames = observations[clipped - base].astype(encoder.input_dtype, copy=False)  # [n, N, ...]
     count = indices.shape[0]
     if encoder.is_spatial:
         stacked = frames.reshape(count, -1, *encoder.shape[1:])
@@ -411,7 +416,7 @@ def stack_observations(observations: np.ndarray, actions: np.ndarray, base: int,
             levels = np.where(previous >= 0, np.round(255 * (previous + 1) / num_actions), 0)
         else:
             levels = np.where(previous >= 0, (previous + 1) / num_actions, 0.0)
-        planes = np.broadcast_to(levels.astype(encoder.dtype)[:, :, None, None],
+        planes = np.broadcast_to(levels.astype(encoder.input_dtype)[:, :, None, None],
                                  (count, num_stacked_observations, *encoder.shape[1:]))
         return np.concatenate([stacked, planes], axis=1)
     one_hots = np.zeros((count, num_stacked_observations, num_actions), dtype=np.float32)

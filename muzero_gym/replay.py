@@ -589,7 +589,7 @@ class ReplayBuffer:
         """Inputs of state ``index[b, k]`` of game ``records[b]`` where ``valid``."""
         shape = stacked_shape(self.encoder, self.num_stacked_observations, self.stack_actions,
                               self.num_actions)
-        observations = np.zeros((*index.shape, *shape), dtype=self.encoder.dtype)
+        observations = np.zeros((*index.shape, *shape), dtype=self.encoder.input_dtype)
         legal = np.ones((*index.shape, self.num_actions), dtype=np.bool_)
         to_play = np.zeros(index.shape, dtype=np.int64)
         for b in np.flatnonzero(valid.any(axis=1)).tolist():

@@ -400,7 +400,7 @@ class SelfPlay:
             saved = row["game"]
             game = self.new_game()
             game.base = int(saved["base"])
-            game.observations = list(np.asarray(saved["observations"]))
+            game.observations = list(np.asarray(saved["observations"], dtype=game.encoder.dtype))
             game.legal_masks = list(np.asarray(saved["legal_masks"], dtype=np.bool_))
             game.to_play_history = np.asarray(saved["to_play"]).tolist()
             game.actions = np.asarray(saved["actions"]).tolist()

@@ -47,6 +47,30 @@ def test_float_planes_keep_their_shape_and_stack_on_channels():
     assert (stack[6] == 0).all() and np.allclose(stack[7], 4 / 7)  # none, then action 3 of 7
 
 
+def test_bool_planes_are_held_as_bytes_and_read_by_the_model_as_floats():
+    """MinAtar's planes: stored as uint8 0/1 (a quarter of float32's memory), model inputs
+    float32 with the same values."""
+    enc = ObservationEncoder(spaces.Box(0, 1, (10, 10, 4), np.bool_), "channels_last")
+    assert enc.is_planes and enc.shape == (4, 10, 10)
+    assert enc.dtype == np.uint8 and enc.input_dtype == np.float32
+    rng = np.random.default_rng(0)
+    frames = rng.random((2, 10, 10, 4)) < 0.3
+    planes = enc.encode(frames[0])
+    assert planes.dtype == np.uint8
+    np.testing.assert_array_equal(planes, frames[0].transpose(2, 0, 1))
+    np.testing.assert_array_equal(enc.encode_batch(frames)[1], frames[1].transpose(2, 0, 1))
+    for stack_actions in (False, True):
+        game = Game(3, enc, num_stacked_observations=2, stack_actions=stack_actions)
+        game.start(frames[0])
+        game.record_step(1, 0.0, frames[1], False, False)
+        stack = game.make_image()
+        assert stack.dtype == np.float32
+        np.testing.assert_array_equal(stack[:8], np.concatenate(
+            [frames[0].transpose(2, 0, 1), frames[1].transpose(2, 0, 1)]).astype(np.float32))
+        if stack_actions:
+            assert (stack[8] == 0).all() and np.allclose(stack[9], 2 / 3)  # none, action 1
+
+
 def test_discrete_multibinary_tuple_and_dict_are_flattened():
     assert ObservationEncoder(spaces.Discrete(4, start=1)).encode(2).tolist() == [0, 1, 0, 0]
     assert ObservationEncoder(spaces.MultiBinary(3)).encode([1, 0, 1]).tolist() == [1, 0, 1]

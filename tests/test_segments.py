@@ -18,6 +18,7 @@ from muzero_gym.segment import cut_segment
 
 VECTOR = ObservationEncoder(spaces.Box(-100, 100, (2,)))
 IMAGE = ObservationEncoder(spaces.Box(0, 255, (5, 4), dtype=np.uint8))
+BOOL_PLANES = ObservationEncoder(spaces.Box(0, 1, (2, 5, 4), dtype=np.bool_))
 
 
 def random_game(length: int, encoder=VECTOR, players=1, terminated=True, final_value=None,
@@ -28,6 +29,8 @@ def random_game(length: int, encoder=VECTOR, players=1, terminated=True, final_v
     def observation():
         if encoder.is_image:
             return rng.integers(0, 256, (5, 4), dtype=np.uint8)
+        if encoder.is_planes:
+            return rng.random((2, 5, 4)) < 0.5
         return rng.normal(size=2)
 
     game.start(observation(), {"to_play": 0} if players == 2 else {})
@@ -131,13 +134,15 @@ def test_stacked_images_and_clipped_rewards_in_segments_equal_the_whole_game():
     assert_same_records(pieces, whole)
 
 
-@pytest.mark.parametrize("encoder, stack_actions", [(VECTOR, False), (VECTOR, True),
-                                                    (IMAGE, False), (IMAGE, True)])
+@pytest.mark.parametrize("encoder, stack_actions", [
+    (VECTOR, False), (VECTOR, True), (IMAGE, False), (IMAGE, True), (BOOL_PLANES, False),
+    (BOOL_PLANES, True)])
 def test_stacking_many_states_equals_make_image(encoder, stack_actions):
     game = random_game(6, encoder=encoder, stacked=3, stack_actions=stack_actions, seed=2)
     states = np.arange(7)
     stacked = stack_observations(np.stack(game.observations), np.asarray(game.actions), 0,
                                  states, encoder, 3, stack_actions, 3)
+    assert stacked.dtype == encoder.input_dtype
     for state in states:
         np.testing.assert_array_equal(stacked[state], game.make_image(int(state)))
     trimmed = random_game(6, encoder=encoder, stacked=3, stack_actions=stack_actions, seed=2)
@@ -145,6 +150,39 @@ def test_stacking_many_states_equals_make_image(encoder, stack_actions):
     np.testing.assert_array_equal(trimmed.make_image(6), game.make_image(6))
     with pytest.raises(IndexError):
         trimmed.make_image(4)
+
+
+@pytest.mark.parametrize("stack_actions", [False, True])
+def test_bool_planes_are_held_as_bytes_and_sampled_as_the_float_model_inputs(stack_actions):
+    game = random_game(30, encoder=BOOL_PLANES, stacked=2, stack_actions=stack_actions, seed=3)
+    replay = buffer(game, 3, 2)
+    send_in_segments(replay, game, [10, 20])
+    [record] = replay._records.values()
+    assert record.observations.view.dtype == np.uint8  # 1 byte a cell, not float32's 4
+    batch = replay.sample(16, np.random.default_rng(0), with_bootstrap_inputs=True,
+                          with_unrolled_inputs=True)
+    assert batch.observations.dtype == np.float32
+    assert batch.unrolled.observations.dtype == np.float32
+    for row, step in enumerate(replay._slot_step[batch.slots]):
+        image = game.make_image(int(step))
+        assert image.dtype == np.float32 and set(np.unique(image[:4])) <= {0.0, 1.0}
+        np.testing.assert_array_equal(batch.observations[row], image)
+        np.testing.assert_array_equal(batch.unrolled.observations[row, 0], image)
+
+
+def test_a_replay_saved_with_float_planes_loads_them_as_bytes(tmp_path):
+    """Earlier versions held bool planes as float32: their saved replay loads unchanged."""
+    game = random_game(12, encoder=BOOL_PLANES, seed=9)
+    replay = buffer(game, 3, 2)
+    replay.add_game(game)
+    state = replay.state_dict()
+    assert state["observations"].dtype == np.uint8
+    state["observations"] = state["observations"].astype(np.float32)
+    restored = buffer(game, 3, 2)
+    restored.load_state_dict(state, encoder=BOOL_PLANES)
+    [record] = restored._records.values()
+    assert record.observations.view.dtype == np.uint8
+    assert_same_records(restored, replay)
 
 
 def test_a_running_game_bootstraps_from_its_last_position():
