@@ -47,12 +47,13 @@ def _is_image(space: spaces.Box) -> bool:
 
 
 class ObservationEncoder:
-    """Encodes observations of one Gymnasium space into the arrays the model reads.
+    """Encodes observations of one Gymnasium space into the arrays games hold and the model
+    reads.
 
     ``shape`` and ``dtype`` describe one encoded observation, as games and the replay hold it:
-    [C, H, W] uint8 for images (a 2-D image gets C = 1, channels-last images are transposed),
+    [C, H, W] uint8 for images (a 2-D image gets C = 1, channels-last images are transposed);
     [C, H, W] for any other Box of rank 3 (board planes, MinAtar's bool planes: ``is_planes``),
-    uint8 0/1 when the space's dtype is bool and float32 otherwise, [F] float32 otherwise.
+    as uint8 0/1 if the space's dtype is bool, else float32; [F] float32 for everything else.
     ``input_dtype`` is the dtype of the model inputs built from them (``Game.make_image``,
     :func:`stack_observations`): float32 for planes (bool planes take a quarter of the memory
     stored as uint8 and reach the model as the same 0.0 / 1.0), ``dtype`` otherwise. Images
