@@ -23,7 +23,12 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import chess
+try:
+    import chess
+except ModuleNotFoundError as e:  # an optional extra
+    raise ModuleNotFoundError(
+        f"{e}: muzero_gym/Chess-v0 needs it: pip install 'muzero-gym[chess]' "
+        "(in a checkout: pip install -e '.[chess]')", name=e.name) from e
 import numpy as np
 from gymnasium import spaces
 

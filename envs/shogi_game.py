@@ -26,7 +26,12 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import cshogi
+try:
+    import cshogi
+except ModuleNotFoundError as e:  # an optional extra
+    raise ModuleNotFoundError(
+        f"{e}: muzero_gym/Shogi-v0 needs it: pip install 'muzero-gym[shogi]' "
+        "(in a checkout: pip install -e '.[shogi]')", name=e.name) from e
 import numpy as np
 from gymnasium import spaces
 
