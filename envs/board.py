@@ -186,7 +186,7 @@ class BoardGameEnv(TurnGameEnv):
     def __init__(self, rows: int, cols: int, num_actions: int, render_mode: str | None = None):
         super().__init__(render_mode)
         self.rows, self.cols = rows, cols
-        self.observation_space = spaces.Box(0.0, 1.0, (3, rows, cols), dtype=np.float32)
+        self.observation_space = spaces.Box(0, 1, (3, rows, cols), dtype=np.bool_)
         self.action_space = spaces.Discrete(num_actions)
         self._lines = lines_through_cells(rows, cols, self.connect)
         self.state = self.initial_state()
@@ -260,13 +260,13 @@ class BoardGameEnv(TurnGameEnv):
         return 0.0
 
     def observe(self, state: BoardState) -> np.ndarray:
-        """[3, rows, cols] float32 from the perspective of the player to move."""
+        """[3, rows, cols] bool planes from the perspective of the player to move."""
         return self.observe_boards(state.board[None], np.array([state.to_play]))[0]
 
     def observe_boards(self, boards: np.ndarray, to_play: np.ndarray) -> np.ndarray:
-        """[B, 3, rows, cols] float32 observations of ``boards`` for the players ``to_play``."""
+        """[B, 3, rows, cols] bool observations of ``boards`` for the players ``to_play``."""
         mine = boards == (np.asarray(to_play) + 1).astype(boards.dtype)[:, None, None]
-        obs = np.empty((len(boards), 3, self.rows, self.cols), dtype=np.float32)
+        obs = np.empty((len(boards), 3, self.rows, self.cols), dtype=np.bool_)
         obs[:, 0] = mine
         obs[:, 1] = (boards != EMPTY) & ~mine
         obs[:, 2] = (np.asarray(to_play) == 0)[:, None, None]

@@ -4,7 +4,7 @@ move in a random empty cell.
 Single player. Actions: 0 up, 1 right, 2 down, 3 left; a move that changes nothing is illegal
 (masked in ``info["action_mask"]``, and raises ``IllegalMoveError`` if taken). The reward is the
 sum of the tiles made by merges in the move, as in the original game's score. The game ends when
-no move is legal. The observation is one-hot over tile exponents, [16, 4, 4] float32: plane 0
+no move is legal. The observation is one-hot over tile exponents, [16, 4, 4] bool: plane 0
 marks empty cells, plane k a tile of 2**k. ``get_state``/``set_state`` copy and restore the
 board (the spawn after a move is drawn from the env's own random generator).
 """
@@ -111,7 +111,7 @@ class Game2048Env(TextGameEnv):
             raise ValueError(f"size = {size}: the board needs at least 2x2 cells")
         super().__init__(render_mode)
         self.size = size
-        self.observation_space = spaces.Box(0.0, 1.0, (NUM_PLANES, size, size), dtype=np.float32)
+        self.observation_space = spaces.Box(0, 1, (NUM_PLANES, size, size), dtype=np.bool_)
         self.action_space = spaces.Discrete(4)
         self.state = State2048(np.zeros((size, size), dtype=np.int8))
 
@@ -149,9 +149,9 @@ class Game2048Env(TextGameEnv):
 
     def observe(self, state: State2048) -> np.ndarray:
         planes = np.minimum(state.board, NUM_PLANES - 1)
-        obs = np.zeros((NUM_PLANES, self.size, self.size), dtype=np.float32)
+        obs = np.zeros((NUM_PLANES, self.size, self.size), dtype=np.bool_)
         rows, cols = np.indices(planes.shape)
-        obs[planes, rows, cols] = 1.0
+        obs[planes, rows, cols] = True
         return obs
 
     def max_tile(self, state: State2048 | None = None) -> int:

@@ -247,8 +247,7 @@ class GoEnv(TurnGameEnv):
         super().__init__(render_mode)
         self.num_points = size * size
         self.pass_action = self.num_points
-        self.observation_space = spaces.Box(0.0, 1.0, (2 * HISTORY + 1, size, size),
-                                            dtype=np.float32)
+        self.observation_space = spaces.Box(0, 1, (2 * HISTORY + 1, size, size), dtype=np.bool_)
         self.action_space = LegalMoves(self.num_points + 1,
                                        lambda: self.legal_mask(self.state))
         self._neighbours = neighbour_table(size)
@@ -344,10 +343,10 @@ class GoEnv(TurnGameEnv):
     # ---- observations ------------------------------------------------------------------------
 
     def observe_many(self, states: Sequence[GoState]) -> np.ndarray:
-        """[B, 17, N, N] float32 planes (see module doc)."""
+        """[B, 17, N, N] bool planes (see module doc)."""
         boards = np.stack([s.boards for s in states])  # [B, 8, N, N]
         mover = np.array([s.to_play + 1 for s in states], dtype=np.int8)[:, None, None, None]
-        out = np.empty((len(states), 2 * HISTORY + 1, self.size, self.size), dtype=np.float32)
+        out = np.empty((len(states), 2 * HISTORY + 1, self.size, self.size), dtype=np.bool_)
         out[:, 0:2 * HISTORY:2] = boards == mover
         out[:, 1:2 * HISTORY:2] = (boards != EMPTY) & (boards != mover)
         out[:, -1] = (mover[:, 0] == BLACK)

@@ -13,6 +13,7 @@ from muzero_gym.envs import ENV_IDS, IllegalMoveError
 from muzero_gym.envs.board import BoardState
 from muzero_gym.envs.game2048 import State2048, slide, slide_row_left
 from muzero_gym.envs.opponents import AlphaBetaOpponent, MinimaxOpponent, RandomOpponent
+from muzero_gym.game import ObservationEncoder
 
 
 def play(env, moves):
@@ -66,6 +67,19 @@ def test_tictactoe_draw_and_perspective_and_masks():
     _, reward, terminated, _, info = play(env, [0, 2, 6, 3, 5, 1, 7, 8])
     assert terminated and reward == 0 and info["winner"] == -1
     assert "draw" in env.board_text(env.state)
+
+
+@pytest.mark.parametrize("env_id", ["muzero_gym/TicTacToe-v0", "muzero_gym/ConnectFour-v0",
+                                    "muzero_gym/2048-v0", "muzero_gym/Go-v0"])
+def test_zero_one_planes_are_bool_so_games_and_replay_hold_them_as_bytes(env_id):
+    env = gym.make(env_id).unwrapped
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(int(np.flatnonzero(env.legal_mask(env.state))[0]))
+    assert env.observation_space.dtype == np.bool_ and obs.dtype == np.bool_ and obs.any()
+    encoder = ObservationEncoder(env.observation_space)
+    held = encoder.encode(obs)
+    assert encoder.dtype == np.uint8 and held.dtype == np.uint8 and encoder.input_dtype == np.float32
+    np.testing.assert_array_equal(held, obs.astype(np.uint8))
 
 
 def test_illegal_moves_raise_and_leave_the_board_unchanged():
