@@ -78,7 +78,7 @@ def test_zero_one_planes_are_bool_so_games_and_replay_hold_them_as_bytes(env_id)
     assert env.observation_space.dtype == np.bool_ and obs.dtype == np.bool_ and obs.any()
     encoder = ObservationEncoder(env.observation_space)
     held = encoder.encode(obs)
-    assert encoder.dtype == np.uint8 and held.dtype == np.uint8 and encoder.input_dtype == np.float32
+    assert encoder.dtype == held.dtype == np.uint8 and encoder.input_dtype == np.float32
     np.testing.assert_array_equal(held, obs.astype(np.uint8))
 
 
