@@ -24,6 +24,7 @@ batch of one, so the env's own ``step``, the search and the opponents share one 
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,17 @@ from gymnasium import spaces
 
 EMPTY = 0
 STONE_CHARS = {0: ".", 1: "X", 2: "O"}
+
+
+def import_rules_library(module: str, env_id: str, extra: str) -> Any:
+    """The rules library ``module`` that ``env_id`` is built on, from the optional extra
+    ``extra``; if it is missing, the import error names the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(
+            f"{e}: {env_id} needs it: pip install 'muzero-gym[{extra}]' "
+            f"(in a checkout: pip install -e '.[{extra}]')", name=e.name) from e
 
 
 class IllegalMoveError(ValueError):

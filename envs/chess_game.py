@@ -23,16 +23,12 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-try:
-    import chess
-except ModuleNotFoundError as e:  # an optional extra
-    raise ModuleNotFoundError(
-        f"{e}: muzero_gym/Chess-v0 needs it: pip install 'muzero-gym[chess]' "
-        "(in a checkout: pip install -e '.[chess]')", name=e.name) from e
 import numpy as np
 from gymnasium import spaces
 
-from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv, import_rules_library
+
+chess = import_rules_library("chess", "muzero_gym/Chess-v0", "chess")
 
 HISTORY = 8
 PLANES_PER_POSITION = 14

@@ -26,16 +26,12 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-try:
-    import cshogi
-except ModuleNotFoundError as e:  # an optional extra
-    raise ModuleNotFoundError(
-        f"{e}: muzero_gym/Shogi-v0 needs it: pip install 'muzero-gym[shogi]' "
-        "(in a checkout: pip install -e '.[shogi]')", name=e.name) from e
 import numpy as np
 from gymnasium import spaces
 
-from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv
+from muzero_gym.envs.board import IllegalMoveError, LegalMoves, TurnGameEnv, import_rules_library
+
+cshogi = import_rules_library("cshogi", "muzero_gym/Shogi-v0", "shogi")
 
 NUM_KINDS = 139
 NUM_ACTIONS = 81 * NUM_KINDS

@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 import muzero_gym.envs  # noqa: F401  (registers the envs)
 from muzero_gym.envs import ENV_IDS, IllegalMoveError
-from muzero_gym.envs.board import BoardState
+from muzero_gym.envs.board import BoardState, import_rules_library
 from muzero_gym.envs.game2048 import State2048, slide, slide_row_left
 from muzero_gym.envs.opponents import AlphaBetaOpponent, MinimaxOpponent, RandomOpponent
 from muzero_gym.game import ObservationEncoder
@@ -38,6 +38,13 @@ def test_every_env_passes_gymnasiums_checker_and_renders_text(env_id):
     _, info = env.reset(seed=3)
     assert isinstance(env.render(), str)
     assert info["action_mask"].dtype == np.bool_ and info["to_play"] == 0
+
+
+def test_a_missing_rules_library_names_the_extra_to_install():
+    with pytest.raises(ModuleNotFoundError, match=r"muzero_gym/Chess-v0 needs it: pip install "
+                       r"'muzero-gym\[chess\]'") as raised:
+        import_rules_library("no_such_rules_library", "muzero_gym/Chess-v0", "chess")
+    assert raised.value.name == "no_such_rules_library"
 
 
 @pytest.mark.parametrize("moves,winner", [
