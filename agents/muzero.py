@@ -169,6 +169,12 @@ class MuZeroAgent:
     def training_steps(self) -> int:
         return self.learner.training_step
 
+    @property
+    def recent_returns(self) -> list[float]:
+        """Raw returns of the last 20 finished self-play episodes, oldest first (what the
+        progress line averages)."""
+        return list(self._recent_returns)
+
     # ---- training ---------------------------------------------------------------------------
 
     def lock_run_dir(self) -> None:

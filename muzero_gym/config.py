@@ -212,6 +212,10 @@ class SearchConfig(_Section):
     gumbel_num_considered: int = _field(16, "actions considered at the root (gumbel)", low=1)
     gumbel_c_visit: float = _field(50.0, "c_visit of the sigma transform (gumbel)", low=0.0)
     gumbel_c_scale: float = _field(1.0, "c_scale of the sigma transform (gumbel)", low=0.0)
+    gumbel_q_rescale: str = _field(
+        "tree", "what the completed Q-values are rescaled to [0, 1] by (gumbel): tree (the "
+        "search tree's least and greatest values) or children (the root moves' own, as mctx)",
+        choices=("tree", "children"))
     temperature_steps: list[float] = _field(
         [], "training steps at which the temperature moves to the next entry")
     temperatures: list[float] = _field([1.0], "visit softmax temperatures, one more than steps",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from reference_mcts import reference_search
@@ -190,6 +192,33 @@ def test_gumbel_root_selection_finds_the_best_arm_and_returns_an_improved_policy
     np.testing.assert_allclose(result.search_policy.sum(), 1.0)
     assert result.search_policy[0, 4] == 0.0
     assert result.search_policy[0].argmax() == 1
+
+
+@pytest.mark.parametrize("scale", [1.0, 1000.0])
+def test_gumbel_policy_with_children_rescaled_q_is_mctx_sigma_of_zero_and_one(scale):
+    # Two arms worth 0.50 and 0.51 (times scale), 8 simulations: 4 visits each. Rescaled by the
+    # root moves' own bounds the completed Q-values are exactly 0 and 1 whatever their scale,
+    # so the policy is softmax(log 0.5 + (50 + 4) * 0.1 * [0, 1]).
+    arms = np.array([[0.50, 0.51]]) * scale
+    settings = SearchSettings(num_simulations=8, discount=1.0, root_selection="gumbel",
+                              gumbel_c_scale=0.1, gumbel_q_rescale="children")
+    result = BatchedMCTS(settings, 2).run(np.zeros(1), np.zeros((1, 2)), bandit_fn(arms),
+                                          add_noise=False)
+    assert result.visit_counts[0].tolist() == [4, 4]
+    sigma = (50 + 4) * 0.1
+    np.testing.assert_allclose(result.search_policy[0],
+                               [1 / (1 + np.exp(sigma)), np.exp(sigma) / (1 + np.exp(sigma))],
+                               rtol=1e-12)
+    # Rescaled by the tree's bounds (the root's value 0 and the arms' 0.50-0.51) the same
+    # 0.01 is 2% of the range: a far softer target.
+    tree_scaled = BatchedMCTS(dataclasses.replace(settings, gumbel_q_rescale="tree"), 2).run(
+        np.zeros(1), np.zeros((1, 2)), bandit_fn(arms), add_noise=False)
+    assert 0.5 < tree_scaled.search_policy[0, 1] < 0.6
+
+
+def test_gumbel_q_rescale_must_be_tree_or_children():
+    with pytest.raises(ValueError, match="gumbel_q_rescale"):
+        SearchSettings(root_selection="gumbel", gumbel_q_rescale="root")
 
 
 def test_greedy_actions_follow_the_gumbel_pick_else_the_most_visited():

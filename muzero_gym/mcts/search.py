@@ -49,6 +49,7 @@ class SearchSettings:
     gumbel_num_considered: int = 16
     gumbel_c_visit: float = 50.0
     gumbel_c_scale: float = 1.0
+    gumbel_q_rescale: str = "tree"
     solver: bool = False
 
     def __post_init__(self) -> None:
@@ -58,6 +59,9 @@ class SearchSettings:
             raise ValueError(f"num_players = {self.num_players}: must be 1 or 2")
         if self.root_selection not in ("puct", "gumbel"):
             raise ValueError(f"root_selection = {self.root_selection!r}: use puct or gumbel")
+        if self.gumbel_q_rescale not in ("tree", "children"):
+            raise ValueError(f"gumbel_q_rescale = {self.gumbel_q_rescale!r}: use tree or "
+                             "children")
         if self.solver and self.root_selection != "puct":
             raise ValueError("solver = True needs root_selection = 'puct'")
 
@@ -73,7 +77,8 @@ class SearchSettings:
             known_bounds=tuple(s.known_bounds) if s.known_bounds else None,
             num_players=config.env.num_players, root_selection=s.root_selection,
             gumbel_num_considered=s.gumbel_num_considered, gumbel_c_visit=s.gumbel_c_visit,
-            gumbel_c_scale=s.gumbel_c_scale, solver=s.solver)
+            gumbel_c_scale=s.gumbel_c_scale, gumbel_q_rescale=s.gumbel_q_rescale,
+            solver=s.solver)
 
 
 @dataclass
@@ -222,12 +227,13 @@ class BatchedMCTS:
         start = self._start[:batch]
         start[:] = 0
         completed_q = np.zeros((batch, self.num_actions))
+        rescale_children = s.gumbel_q_rescale == "children"
         for simulation in range(s.num_simulations):
             if use_gumbel:
                 tree.gumbel_root_choice(nodes, values, children, prior, minmax, root_legal,
                                         s.discount, gumbel, considered, simulation,
-                                        s.gumbel_c_visit, s.gumbel_c_scale, completed_q, start,
-                                        parent, action, max_depth)
+                                        s.gumbel_c_visit, s.gumbel_c_scale, rescale_children,
+                                        completed_q, start, parent, action, max_depth)
             tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
                                s.pb_c_base, s.pb_c_init, s.exploration_constant, known_min,
                                known_max, start, parent, action, max_depth)
@@ -338,7 +344,8 @@ class BatchedMCTS:
         sequential halving settles on (the best-scoring among the most visited)."""
         s = self.settings
         tree.completed_q(self._nodes[:batch], self._values[:batch], self._children[:batch],
-                         self._prior[:batch], self._minmax[:batch], root_legal, s.discount, q)
+                         self._prior[:batch], self._minmax[:batch], root_legal, s.discount,
+                         s.gumbel_q_rescale == "children", q)
         sigma = (s.gumbel_c_visit + visit_counts.max(axis=1, keepdims=True)) * s.gumbel_c_scale * q
         log_prior = np.log(self._prior[:batch, 0] + 1e-30)
         logits = np.where(root_legal, log_prior + sigma, -np.inf)

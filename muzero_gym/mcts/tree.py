@@ -245,9 +245,13 @@ def _prove_upwards(nodes, values, children, prior, root_legal, b, node, discount
 # ---- Gumbel MuZero root selection (compiled only when used) ----
 
 @njit(cache=True)
-def completed_q(nodes, values, children, prior, minmax, root_legal, discount, out):
+def completed_q(nodes, values, children, prior, minmax, root_legal, discount, rescale_children,
+                out):
     """Normalised completed Q-values at the roots (Gumbel MuZero), out [B, A]: visited children
-    keep reward + discount * value, unvisited ones get the mixed value ``v_mix``."""
+    keep reward + discount * value, unvisited ones get the mixed value ``v_mix``. They are
+    rescaled to [0, 1] by the tree's min-max bounds, or with ``rescale_children`` by the least
+    and greatest completed Q of the root's legal moves (as mctx does: the best move always
+    gets 1 and the worst 0, whatever the values' scale; all 0 when they are equal)."""
     num_actions = children.shape[2]
     for b in range(nodes.shape[0]):
         root_player = nodes[b, 0, TO_PLAY]
@@ -270,28 +274,39 @@ def completed_q(nodes, values, children, prior, minmax, root_legal, discount, ou
         if visited_prior > 0.0:
             v_mix = (v_mix + total_child_visits * weighted_q / visited_prior) / \
                 (1.0 + total_child_visits)
-        lo = minmax[b, MIN]
-        hi = minmax[b, MAX]
         for a in range(num_actions):
-            q = out[b, a]
+            if np.isnan(out[b, a]):
+                out[b, a] = v_mix
+        if rescale_children:
+            lo = np.inf
+            hi = -np.inf
+            for a in range(num_actions):
+                if root_legal[b, a]:
+                    lo = min(lo, out[b, a])
+                    hi = max(hi, out[b, a])
+            span = max(hi - lo, 1e-8)
+        else:
+            lo = minmax[b, MIN]
+            hi = minmax[b, MAX]
+            span = hi - lo
+        for a in range(num_actions):
             if not root_legal[b, a]:
                 out[b, a] = 0.0
-                continue
-            if np.isnan(q):
-                q = v_mix
-            out[b, a] = (q - lo) / (hi - lo) if hi > lo else q
+            elif hi > lo or rescale_children:
+                out[b, a] = (out[b, a] - lo) / span
 
 
 @njit(cache=True)
 def gumbel_root_choice(nodes, values, children, prior, minmax, root_legal, discount, gumbel,
-                       considered_visits, simulation, c_visit, c_scale, scratch, out_start,
-                       out_parent, out_action, max_depth):
+                       considered_visits, simulation, c_visit, c_scale, rescale_children, scratch,
+                       out_start, out_parent, out_action, max_depth):
     """Sequential halving at the roots: row ``b`` takes, among legal actions whose visit count
     equals ``considered_visits[b, simulation]``, the one maximising gumbel + log prior +
     sigma(completed Q). Where that child exists, ``out_start[b]`` is set to it so that
     ``select_leaves`` continues below it; otherwise the new node hangs under the root and
     ``out_start[b]`` is -1."""
-    completed_q(nodes, values, children, prior, minmax, root_legal, discount, scratch)
+    completed_q(nodes, values, children, prior, minmax, root_legal, discount, rescale_children,
+                scratch)
     num_actions = children.shape[2]
     for b in range(nodes.shape[0]):
         max_visits = 0
