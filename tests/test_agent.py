@@ -40,6 +40,10 @@ def test_tiny_learn_on_cartpole_logs_every_tag_and_checkpoints(tmp_path):
     scalars = set(events.Tags()["scalars"])
     assert set(TAGS) <= scalars, set(TAGS) - scalars
     assert load_config(run / "config.toml").to_dict() == agent.config.to_dict()
+    # recent_returns: the last (at most 20) episodes' returns, as logged, oldest first
+    logged = [event.value for event in events.Scalars("charts/episodic_return")]
+    assert len(agent.recent_returns) == min(20, agent.episodes) == min(20, len(logged))
+    np.testing.assert_allclose(agent.recent_returns, logged[-len(agent.recent_returns):])
 
 
 def test_tiny_learn_on_taxi_with_action_masks_and_reanalyse(tmp_path):
