@@ -11,8 +11,9 @@ same: the diagnosis reads the evaluation's games and draws nothing from the run'
 streams): how they ended (``P`` the pole fell, ``T`` the cart left the track, ``-`` 500 steps),
 the network's value halfway through them, the mean error of the stored search values and of the
 network's values against the discounted returns of the episodes that ended early, the entropy of
-the network's prior, and the return of the network alone (the prior's argmax, no search) over
-20 episodes.
+the network's prior, the return of the network alone (the prior's argmax, no search) over 20
+episodes, and the mean return of the last 20 self-play episodes (the behaviour whose returns
+the value targets hold). Its own time is left out of the minutes.
 
     python tests/benchmarks/cartpole_learning.py [--seeds 0 1 2 3 4] [--max-env-steps 30000]
         [--eval-every 2500] [--diagnose] [--set section.key=value ...]
