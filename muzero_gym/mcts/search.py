@@ -65,6 +65,11 @@ class SearchSettings:
         if self.solver and self.root_selection != "puct":
             raise ValueError("solver = True needs root_selection = 'puct'")
 
+    @property
+    def rescale_q_by_children(self) -> bool:
+        """Whether Gumbel's completed Q is rescaled by the root moves' own bounds."""
+        return self.gumbel_q_rescale == "children"
+
     @classmethod
     def from_config(cls, config) -> SearchSettings:
         """Settings from a :class:`muzero_gym.config.Config`."""
@@ -227,12 +232,11 @@ class BatchedMCTS:
         start = self._start[:batch]
         start[:] = 0
         completed_q = np.zeros((batch, self.num_actions))
-        rescale_children = s.gumbel_q_rescale == "children"
         for simulation in range(s.num_simulations):
             if use_gumbel:
                 tree.gumbel_root_choice(nodes, values, children, prior, minmax, root_legal,
                                         s.discount, gumbel, considered, simulation,
-                                        s.gumbel_c_visit, s.gumbel_c_scale, rescale_children,
+                                        s.gumbel_c_visit, s.gumbel_c_scale, s.rescale_q_by_children,
                                         completed_q, start, parent, action, max_depth)
             tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
                                s.pb_c_base, s.pb_c_init, s.exploration_constant, known_min,
@@ -345,7 +349,7 @@ class BatchedMCTS:
         s = self.settings
         tree.completed_q(self._nodes[:batch], self._values[:batch], self._children[:batch],
                          self._prior[:batch], self._minmax[:batch], root_legal, s.discount,
-                         s.gumbel_q_rescale == "children", q)
+                         s.rescale_q_by_children, q)
         sigma = (s.gumbel_c_visit + visit_counts.max(axis=1, keepdims=True)) * s.gumbel_c_scale * q
         log_prior = np.log(self._prior[:batch, 0] + 1e-30)
         logits = np.where(root_legal, log_prior + sigma, -np.inf)

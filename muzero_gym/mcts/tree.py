@@ -285,15 +285,14 @@ def completed_q(nodes, values, children, prior, minmax, root_legal, discount, re
                     lo = min(lo, out[b, a])
                     hi = max(hi, out[b, a])
             span = max(hi - lo, 1e-8)
-        else:
+        elif minmax[b, MAX] > minmax[b, MIN]:
             lo = minmax[b, MIN]
-            hi = minmax[b, MAX]
-            span = hi - lo
+            span = minmax[b, MAX] - lo
+        else:  # no bounds yet: the values as they are
+            lo = 0.0
+            span = 1.0
         for a in range(num_actions):
-            if not root_legal[b, a]:
-                out[b, a] = 0.0
-            elif hi > lo or rescale_children:
-                out[b, a] = (out[b, a] - lo) / span
+            out[b, a] = (out[b, a] - lo) / span if root_legal[b, a] else 0.0
 
 
 @njit(cache=True)

@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import gymnasium as gym
 import numpy as np
 import torch
 from _machine import cpu_name
 
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.config import load_config
+from muzero_gym.environment import make_env
 from muzero_gym.game import Game
 
 SOLVED = 475.0
@@ -57,7 +57,7 @@ def network_outputs(agent: MuZeroAgent, observations: np.ndarray) -> tuple[np.nd
 
 def network_alone_return(agent: MuZeroAgent, num_episodes: int, seed: int) -> float:
     """Mean return of greedy episodes that follow the prior's argmax, without search."""
-    env = gym.make("CartPole-v1")
+    env = make_env(agent.config.env)
     returns = []
     for episode in range(num_episodes):
         observation, _ = env.reset(seed=seed * 1000 + episode)
