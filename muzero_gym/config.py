@@ -218,8 +218,10 @@ class SearchConfig(_Section):
         choices=("tree", "children"))
     temperature_steps: list[float] = _field(
         [], "training steps at which the temperature moves to the next entry")
-    temperatures: list[float] = _field([1.0], "visit softmax temperatures, one more than steps",
-                                       low=0.0)
+    temperatures: list[float] = _field(
+        [1.0], "action temperatures, one more than steps: of the visit softmax (puct), or of "
+        "Gumbel's draw from its improved policy (gumbel: the Gumbel noise is scaled by it)",
+        low=0.0)
     temperature_zero_after_moves: int = _field(
         0, "moves after which an episode plays greedily (board games: 30); 0 = never", low=0)
     simulator: bool = _field(
@@ -251,7 +253,7 @@ class SearchConfig(_Section):
                               "must be increasing")
 
     def temperature(self, training_step: int, move_number: int = 0) -> float:
-        """Visit softmax temperature, as the reference's ``visit_softmax_temperature_fn``."""
+        """Action temperature, as the reference's ``visit_softmax_temperature_fn``."""
         if self.temperature_zero_after_moves and move_number >= self.temperature_zero_after_moves:
             return 0.0
         for threshold, temp in zip(self.temperature_steps, self.temperatures):

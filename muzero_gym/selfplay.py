@@ -2,7 +2,8 @@
 
 :class:`SelfPlay` keeps one :class:`~muzero_gym.game.Game` per env. Each :meth:`SelfPlay.step`
 builds the model inputs of all envs, runs one batched search, picks actions (visit counts at the
-scheduled temperature, or Gumbel's choice), steps the vector env and records the transitions.
+scheduled temperature, or Gumbel's choice drawn at that temperature), steps the vector env and
+records the transitions.
 
 Autoreset (Gymnasium 1.x ``NEXT_STEP`` mode): the step after an episode ends ignores its action
 and returns the reset observation. That step is not a transition: the env's row in the search
@@ -246,8 +247,10 @@ class SelfPlay:
             model_time += time.perf_counter() - t
             return out
 
+        gumbel_temperature = (self._temperatures(training_step)
+                              if self.search_config.root_selection == "gumbel" else None)
         result = self.search.run(root_value, root_logits, recurrent_fn, legal, to_play,
-                                 self.rng, self.add_noise)
+                                 self.rng, self.add_noise, gumbel_temperature)
         searched = time.perf_counter()
         self.timings["model"] += model_time
         self.timings["search"] += searched - start - model_time
@@ -460,14 +463,18 @@ class SelfPlay:
             self.lives[i] = lives[i]
             self.episode_return[i], self.episode_length[i] = 0.0, 0
 
+    def _temperatures(self, training_step: int) -> np.ndarray:
+        """[num_envs] the scheduled action temperature of each env's game."""
+        return np.array([self.search_config.temperature(training_step, len(g))
+                         for g in self.games])
+
     def _choose_actions(self, result, training_step: int) -> np.ndarray:
         if self.greedy:
             return result.greedy_actions()
         if result.gumbel_action is not None and self.add_noise:
-            return result.gumbel_action.astype(np.int64)
+            return result.gumbel_action.astype(np.int64)  # drawn at the temperature
         actions = np.empty(self.num_envs, dtype=np.int64)
-        temperatures = np.array([self.search_config.temperature(training_step, len(g))
-                                 for g in self.games])
+        temperatures = self._temperatures(training_step)
         for temperature in np.unique(temperatures):
             rows = temperatures == temperature
             actions[rows] = select_actions(result.weights()[rows], float(temperature),

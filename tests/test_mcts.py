@@ -216,6 +216,46 @@ def test_gumbel_policy_with_children_rescaled_q_is_mctx_sigma_of_zero_and_one(sc
     assert 0.5 < tree_scaled.search_policy[0, 1] < 0.6
 
 
+def two_arm_gumbel_picks(temperature, rows: int = 20_000) -> np.ndarray:
+    """Gumbel's pick on ``rows`` copies of a two-armed bandit (arms 0.50 and 0.51, 8
+    simulations, completed Q rescaled by the children to 0 and 1, c_scale 1/54) whose improved
+    policy is softmax([0, 1]): log prior + (50 + 4) / 54 x [0, 1]."""
+    settings = SearchSettings(num_simulations=8, discount=1.0, root_selection="gumbel",
+                              gumbel_c_scale=1 / 54, gumbel_q_rescale="children")
+    arms = np.tile([0.50, 0.51], (rows, 1))
+    result = BatchedMCTS(settings, 2).run(np.zeros(rows), np.zeros((rows, 2)), bandit_fn(arms),
+                                          rng=np.random.default_rng(0),
+                                          gumbel_temperature=temperature)
+    np.testing.assert_allclose(result.search_policy[0], [1 / (1 + np.e), np.e / (1 + np.e)],
+                               rtol=1e-12)
+    return result.gumbel_action
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 0.25])
+def test_gumbel_temperature_draws_from_the_sharpened_improved_policy(temperature):
+    # Noise scaled by T: argmax(T g + logits) = argmax(g + logits / T), a draw from
+    # softmax(logits / T); here the chance of arm 1 is sigmoid(1 / T). 20,000 draws: the
+    # binomial standard deviation is at most 0.0035, the tolerance five of them.
+    picks = two_arm_gumbel_picks(np.full(20_000, temperature))
+    assert abs(picks.mean() - 1 / (1 + np.exp(-1 / temperature))) < 0.0175
+
+
+def test_gumbel_temperature_one_is_the_papers_draw_and_zero_the_greedy_pick():
+    np.testing.assert_array_equal(two_arm_gumbel_picks(np.ones(500), 500),
+                                  two_arm_gumbel_picks(None, 500))
+    assert (two_arm_gumbel_picks(np.zeros(500), 500) == 1).all()
+    mixed = two_arm_gumbel_picks(np.array([0.0, 1.0] * 250), 500)
+    assert (mixed[::2] == 1).all() and (mixed[1::2] == 0).any()
+
+
+def test_gumbel_temperature_must_be_one_value_per_row_and_not_negative():
+    search = BatchedMCTS(SearchSettings(num_simulations=4, root_selection="gumbel"), 2)
+    for bad in (np.ones(3), np.array([1.0, -0.5])):
+        with pytest.raises(ValueError, match="gumbel_temperature"):
+            search.run(np.zeros(2), np.zeros((2, 2)), bandit_fn([[0, 1], [0, 1]]),
+                       rng=np.random.default_rng(0), gumbel_temperature=bad)
+
+
 def test_gumbel_q_rescale_must_be_tree_or_children():
     with pytest.raises(ValueError, match="gumbel_q_rescale"):
         SearchSettings(root_selection="gumbel", gumbel_q_rescale="root")

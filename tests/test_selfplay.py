@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium import spaces
 
 from muzero_gym.config import EnvConfig, load_config
@@ -87,3 +88,30 @@ def test_vector_env_must_autoreset_next_step():
                  BatchedMCTS(SearchSettings(num_simulations=2), 2), lambda: None, config.search,
                  np.random.default_rng(0))
     envs.close()
+
+
+def test_gumbel_self_play_at_temperature_zero_plays_the_greedy_pick():
+    # search.temperatures scale Gumbel's noise: at 0 self-play (noise drawn) must play what
+    # evaluation (no noise) plays, move for move; at 1 it draws and strays from it.
+    def actions(temperature: float | None) -> list[list[int]]:
+        overrides = ["search.num_simulations=8"]
+        if temperature is not None:
+            overrides += [f"search.temperatures=[{temperature}]", "search.temperature_steps=[]"]
+        config = load_config("cartpole", overrides)
+        envs = make_vector_env(EnvConfig(id="CartPole-v1", num_envs=4))
+        encoder = ObservationEncoder(envs.single_observation_space)
+        torch.manual_seed(0)
+        network = build_network(config.model, (4,), 2)
+        search = BatchedMCTS(SearchSettings.from_config(config), 2)
+        greedy = temperature is None
+        player = SelfPlay(envs, network, search, lambda: Game(2, encoder), config.search,
+                          np.random.default_rng(0), add_noise=not greedy, greedy=greedy)
+        player.reset(seed=0)
+        finished = []
+        for _ in range(40):
+            finished += player.step().finished
+        envs.close()
+        return [g.actions for g in finished] + [g.actions for g in player.games]
+
+    assert actions(0.0) == actions(None)
+    assert actions(1.0) != actions(None)

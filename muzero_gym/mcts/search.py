@@ -171,7 +171,8 @@ class BatchedMCTS:
 
     def run(self, root_value: np.ndarray, root_logits: np.ndarray, recurrent_fn: RecurrentFn,
             root_legal: np.ndarray | None = None, root_to_play: np.ndarray | None = None,
-            rng: np.random.Generator | None = None, add_noise: bool = True) -> SearchResult:
+            rng: np.random.Generator | None = None, add_noise: bool = True,
+            gumbel_temperature: np.ndarray | None = None) -> SearchResult:
         """Searches from B roots.
 
         Args:
@@ -182,6 +183,9 @@ class BatchedMCTS:
             root_to_play: [B] int player to move at each root (0 or 1); 0 when None.
             rng: source of root noise (Dirichlet for puct, Gumbel for gumbel).
             add_noise: False for evaluation (no Dirichlet noise, zero Gumbel noise).
+            gumbel_temperature: [B] temperature of each row's Gumbel choice (gumbel with noise):
+                the noise is multiplied by it, so the pick is a draw from softmax((log prior +
+                sigma(completed Q)) / T); 1 (or None) is Gumbel MuZero's draw, 0 the greedy pick.
         """
         s = self.settings
         root_value = np.ascontiguousarray(root_value, dtype=np.float64).reshape(-1)
@@ -220,6 +224,12 @@ class BatchedMCTS:
         if use_gumbel:
             gumbel = (rng.gumbel(size=(batch, self.num_actions)) if add_noise
                       else np.zeros((batch, self.num_actions)))
+            if add_noise and gumbel_temperature is not None:
+                temperature = np.asarray(gumbel_temperature, dtype=np.float64)
+                if temperature.shape != (batch,) or (temperature < 0).any():
+                    raise ValueError(f"gumbel_temperature must be {batch} values >= 0, got "
+                                     f"{gumbel_temperature!r}")
+                gumbel *= temperature[:, None]
             table = considered_visit_table(s.gumbel_num_considered, s.num_simulations)
             considered = table[np.minimum(num_legal, s.gumbel_num_considered)]
         known_min, known_max = s.known_bounds if s.known_bounds else (np.inf, -np.inf)
