@@ -230,6 +230,10 @@ class SelfPlay:
         legal = np.stack([g.legal_action_mask() for g in games])
         legal[self.pending_reset] = True  # a final state may have no legal action left
         to_play = np.array([g.to_play() for g in games], dtype=np.int32)
+        # The scheduled temperature of each game: Gumbel's draw (in the search) or the visit
+        # softmax (below) is taken at it.
+        temperatures = None if self.greedy else np.array(
+            [self.search_config.temperature(training_step, len(g)) for g in games])
         start = time.perf_counter()
         if self.simulator is not None:
             states = self.envs.call("get_state")
@@ -247,14 +251,12 @@ class SelfPlay:
             model_time += time.perf_counter() - t
             return out
 
-        gumbel_temperature = (self._temperatures(training_step)
-                              if self.search_config.root_selection == "gumbel" else None)
         result = self.search.run(root_value, root_logits, recurrent_fn, legal, to_play,
-                                 self.rng, self.add_noise, gumbel_temperature)
+                                 self.rng, self.add_noise, temperatures)
         searched = time.perf_counter()
         self.timings["model"] += model_time
         self.timings["search"] += searched - start - model_time
-        actions = self._choose_actions(result, training_step)
+        actions = self._choose_actions(result, temperatures)
 
         stats = StepStats()
         active = ~self.pending_reset
@@ -463,18 +465,12 @@ class SelfPlay:
             self.lives[i] = lives[i]
             self.episode_return[i], self.episode_length[i] = 0.0, 0
 
-    def _temperatures(self, training_step: int) -> np.ndarray:
-        """[num_envs] the scheduled action temperature of each env's game."""
-        return np.array([self.search_config.temperature(training_step, len(g))
-                         for g in self.games])
-
-    def _choose_actions(self, result, training_step: int) -> np.ndarray:
+    def _choose_actions(self, result, temperatures: np.ndarray | None) -> np.ndarray:
         if self.greedy:
             return result.greedy_actions()
         if result.gumbel_action is not None and self.add_noise:
             return result.gumbel_action.astype(np.int64)  # drawn at the temperature
         actions = np.empty(self.num_envs, dtype=np.int64)
-        temperatures = self._temperatures(training_step)
         for temperature in np.unique(temperatures):
             rows = temperatures == temperature
             actions[rows] = select_actions(result.weights()[rows], float(temperature),

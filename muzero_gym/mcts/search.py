@@ -186,6 +186,7 @@ class BatchedMCTS:
             gumbel_temperature: [B] temperature of each row's Gumbel choice (gumbel with noise):
                 the noise is multiplied by it, so the pick is a draw from softmax((log prior +
                 sigma(completed Q)) / T); 1 (or None) is Gumbel MuZero's draw, 0 the greedy pick.
+                Ignored by puct and without noise.
         """
         s = self.settings
         root_value = np.ascontiguousarray(root_value, dtype=np.float64).reshape(-1)
