@@ -12,6 +12,7 @@ board (the spawn after a move is drawn from the env's own random generator).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,31 +77,61 @@ def _line_indices(size: int) -> np.ndarray:
     return np.stack([grid.T, grid[:, ::-1], grid[::-1].T, grid])  # up, right, down, left
 
 
-def all_slides(board: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The board slid in each of the 4 directions [4, size, size] and the rewards [4]."""
-    size = board.shape[0]
+def slide_boards(boards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``boards`` [B, size, size] slid in each of the 4 directions: the boards [B, 4,
+    size, size] (before the spawn) and the rewards [B, 4]. On 4x4 boards with tiles up to 2**15
+    a line is one lookup in the tables of every row; other boards slide line by line."""
+    batch, size = boards.shape[0], boards.shape[1]
     lines = _line_indices(size)
-    flat = board.reshape(-1)
-    cells = flat[lines]  # [4, size, size]
-    out = np.empty((4, size * size), dtype=board.dtype)
-    if size == 4 and board.max() < 15:
+    cells = boards.reshape(batch, -1)[:, lines]  # [B, 4, size, size]
+    out = np.empty((batch, 4, size * size), dtype=boards.dtype)
+    if size == 4 and (batch == 0 or boards.max() < NUM_PLANES):
         results, gains = _row_tables()
-        keys = (cells.astype(np.int64) << _SHIFTS).sum(axis=2)
-        np.put_along_axis(out, lines.reshape(4, -1), results[keys].reshape(4, -1), axis=1)
-        rewards = gains[keys].sum(axis=1)
+        keys = (cells.astype(np.int64) << _SHIFTS).sum(axis=3)  # [B, 4, 4]
+        out[:, np.arange(4)[:, None, None], lines] = results[keys]
+        rewards = gains[keys].sum(axis=2)
     else:
-        rewards = np.zeros(4)
-        for d in range(4):
-            for line, idx in zip(cells[d], lines[d]):
-                out[d, idx], gained = slide_row_left(line)
-                rewards[d] += gained
-    return out.reshape(4, size, size), rewards
+        rewards = np.zeros((batch, 4))
+        for b in range(batch):
+            for d in range(4):
+                for line, idx in zip(cells[b, d], lines[d]):
+                    out[b, d, idx], gained = slide_row_left(line)
+                    rewards[b, d] += gained
+    return out.reshape(batch, 4, size, size), rewards
+
+
+def legal_masks(boards: np.ndarray) -> np.ndarray:
+    """[B, 4] bool: the moves that change each of ``boards`` [B, size, size]."""
+    slid, _ = slide_boards(boards)
+    return (slid != boards[:, None]).any(axis=(2, 3))
 
 
 def slide(board: np.ndarray, action: int) -> tuple[np.ndarray, float]:
     """The board after sliding in direction ``action`` (before the spawn) and the reward."""
-    boards, rewards = all_slides(board)
-    return boards[action], float(rewards[action])
+    boards, rewards = slide_boards(board[None])
+    return boards[0, action], float(rewards[0, action])
+
+
+def spawn_tiles(boards: np.ndarray, rng: np.random.Generator) -> None:
+    """Puts a 2 (probability 0.9) or a 4 in a random empty cell of each of ``boards`` [B,
+    size, size], in place (boards with no empty cell are left alone). Two draws of ``rng``
+    per call, whatever B: the cells, then the tiles."""
+    batch = boards.shape[0]
+    flat = boards.reshape(batch, -1)
+    empty = flat == 0
+    counts = empty.sum(axis=1)
+    picks = (rng.random(batch) * counts).astype(np.int64)  # which empty cell, in board order
+    tiles = np.where(rng.random(batch) < 0.9, 1, 2).astype(boards.dtype)
+    cells = np.argmax(empty & (np.cumsum(empty, axis=1) == (picks + 1)[:, None]), axis=1)
+    rows = np.flatnonzero(counts > 0)
+    flat[rows, cells[rows]] = tiles[rows]
+
+
+def observe_boards(boards: np.ndarray) -> np.ndarray:
+    """[B, 16, size, size] bool one-hot planes of ``boards`` [B, size, size]: plane 0 the empty
+    cells, plane k the tiles of 2**k (larger tiles share the last plane)."""
+    planes = np.minimum(boards, NUM_PLANES - 1).astype(np.int64)
+    return np.moveaxis(np.eye(NUM_PLANES, dtype=np.bool_)[planes], -1, 1)
 
 
 class Game2048Env(TextGameEnv):
@@ -120,39 +151,56 @@ class Game2048Env(TextGameEnv):
     def legal_mask(self, state: State2048) -> np.ndarray:
         if state.done:
             return np.zeros(4, dtype=np.bool_)
-        boards, _ = all_slides(state.board)
-        return (boards != state.board).any(axis=(1, 2))
-
-    def spawn(self, board: np.ndarray) -> None:
-        """Puts a 2 (probability 0.9) or a 4 in a random empty cell, in place."""
-        empty = np.argwhere(board == 0)
-        if len(empty):
-            row, col = empty[self.np_random.integers(len(empty))]
-            board[row, col] = 1 if self.np_random.random() < 0.9 else 2
+        return legal_masks(state.board[None])[0]
 
     def play(self, state: State2048, action: int) -> tuple[State2048, float]:
         """The state after ``action`` and its spawn, and the reward; ``state`` is unchanged."""
-        if state.done:
+        new_states, _, rewards, _, _ = self.simulate([state], np.array([action]), observe=False)
+        return new_states[0], float(rewards[0])
+
+    def simulate(self, states: Sequence[State2048], actions: np.ndarray, observe: bool = True
+                 ) -> tuple[list[State2048], np.ndarray | None, np.ndarray, np.ndarray,
+                            np.ndarray]:
+        """One move and its spawn in each of many positions: ``actions[i]`` is played in
+        ``states[i]`` (the spawns drawn from the env's own random generator).
+
+        Returns the new states (the inputs are not changed), their observations [B, 16, size,
+        size] (None when ``observe`` is false), the rewards [B], whether each game is over [B]
+        and the legal moves of the new positions [B, 4] (none where over). An illegal move
+        anywhere raises ``IllegalMoveError`` and changes nothing.
+        """
+        batch = len(states)
+        actions = np.asarray(actions, dtype=np.int64).reshape(-1)
+        if len(actions) != batch:
+            raise ValueError(f"{len(actions)} actions for {batch} states")
+        if any(state.done for state in states):
             raise IllegalMoveError("the game is over; call reset()")
-        if not 0 <= int(action) < 4:
-            raise IllegalMoveError(f"illegal move {action!r}: actions are 0-3 "
+        bad = np.flatnonzero((actions < 0) | (actions > 3))
+        if len(bad):
+            raise IllegalMoveError(f"illegal move {int(actions[bad[0]])!r}: actions are 0-3 "
                                    f"({', '.join(ACTION_NAMES)})")
-        board, reward = slide(state.board, int(action))
-        if np.array_equal(board, state.board):
-            legal = [ACTION_NAMES[a] for a in np.flatnonzero(self.legal_mask(state))]
-            raise IllegalMoveError(f"illegal move {ACTION_NAMES[action]}: nothing moves; legal "
-                                   f"moves are {legal}")
-        self.spawn(board)
-        new = State2048(board, state.score + reward)
-        new.done = not self.legal_mask(new).any()
-        return new, reward
+        boards = np.stack([state.board for state in states]) if batch else np.zeros(
+            (0, self.size, self.size), dtype=np.int8)
+        slid, gains = slide_boards(boards)
+        rows = np.arange(batch)
+        legal = (slid != boards[:, None]).any(axis=(2, 3))
+        if not legal[rows, actions].all():
+            i = int(np.flatnonzero(~legal[rows, actions])[0])
+            names = [ACTION_NAMES[a] for a in np.flatnonzero(legal[i])]
+            raise IllegalMoveError(f"illegal move {ACTION_NAMES[actions[i]]}: nothing moves; "
+                                   f"legal moves are {names}")
+        new_boards = slid[rows, actions]
+        spawn_tiles(new_boards, self.np_random)
+        rewards = gains[rows, actions]
+        masks = legal_masks(new_boards)
+        done = ~masks.any(axis=1)
+        new_states = [State2048(new_boards[i], states[i].score + float(rewards[i]), bool(done[i]))
+                      for i in range(batch)]
+        observations = observe_boards(new_boards) if observe else None
+        return new_states, observations, rewards, done, masks
 
     def observe(self, state: State2048) -> np.ndarray:
-        planes = np.minimum(state.board, NUM_PLANES - 1)
-        obs = np.zeros((NUM_PLANES, self.size, self.size), dtype=np.bool_)
-        rows, cols = np.indices(planes.shape)
-        obs[planes, rows, cols] = True
-        return obs
+        return observe_boards(state.board[None])[0]
 
     def max_tile(self, state: State2048 | None = None) -> int:
         state = self.state if state is None else state
@@ -169,10 +217,10 @@ class Game2048Env(TextGameEnv):
 
     def initial_state(self) -> State2048:
         """An empty board with two spawned tiles (drawn from ``np_random``)."""
-        board = np.zeros((self.size, self.size), dtype=np.int8)
-        self.spawn(board)
-        self.spawn(board)
-        return State2048(board)
+        boards = np.zeros((1, self.size, self.size), dtype=np.int8)
+        spawn_tiles(boards, self.np_random)
+        spawn_tiles(boards, self.np_random)
+        return State2048(boards[0])
 
     def board_text(self, state: State2048) -> str:
         cells = [[str(2 ** int(v)) if v else "." for v in row] for row in state.board]

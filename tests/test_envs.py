@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 import muzero_gym.envs  # noqa: F401  (registers the envs)
 from muzero_gym.envs import ENV_IDS, IllegalMoveError
 from muzero_gym.envs.board import BoardState, import_rules_library
-from muzero_gym.envs.game2048 import State2048, slide, slide_row_left
+from muzero_gym.envs.game2048 import State2048, slide, slide_row_left, spawn_tiles
 from muzero_gym.envs.opponents import AlphaBetaOpponent, MinimaxOpponent, RandomOpponent
 from muzero_gym.game import ObservationEncoder
 
@@ -257,6 +257,85 @@ def test_2048_spawns_are_reproducible_with_a_seed():
             obs_a = a.step(action)[0]
             obs_b = b.step(action)[0]
     assert np.array_equal(obs_a, obs_b)
+
+
+def _random_2048_positions(env, games: int, rng: np.random.Generator) -> list[State2048]:
+    """Every position of ``games`` games of random legal moves, the final ones left out."""
+    states = []
+    for _ in range(games):
+        env.reset(seed=int(rng.integers(1 << 30)))
+        while not env.state.done:
+            states.append(env.get_state())
+            env.step(int(rng.choice(np.flatnonzero(env.legal_mask(env.state)))))
+    return states
+
+
+def test_2048_batched_rules_agree_with_moves_played_one_by_one():
+    """``simulate`` plays every legal move of many random positions in one call: each new board
+    is the slid board plus one spawned 2 or 4 in one of its empty cells, with the reward, the
+    legal moves, the end and the observation of that board, and the inputs are unchanged."""
+    env = gym.make("muzero_gym/2048-v0").unwrapped
+    rng = np.random.default_rng(0)
+    positions = _random_2048_positions(env, 3, rng)
+    states = [s for s in positions for a in np.flatnonzero(env.legal_mask(s))]
+    actions = np.array([a for s in positions for a in np.flatnonzero(env.legal_mask(s))])
+    before = [s.board.copy() for s in states]
+    new, observations, rewards, done, masks = env.simulate(states, actions)
+    assert len(new) == len(states) > 300 and done.any() and rewards.any()
+    assert observations.shape == (len(states), 16, 4, 4)
+    for i, (state, action) in enumerate(zip(states, actions)):
+        assert np.array_equal(state.board, before[i])
+        slid, reward = slide(state.board, int(action))
+        added = np.argwhere(new[i].board != slid)
+        assert len(added) == 1 and slid[tuple(added[0])] == 0
+        assert new[i].board[tuple(added[0])] in (1, 2)
+        assert rewards[i] == reward and new[i].score == state.score + reward
+        assert np.array_equal(masks[i], env.legal_mask(new[i]))
+        assert bool(done[i]) == new[i].done == (not env.legal_mask(State2048(new[i].board)).any())
+        assert np.array_equal(observations[i], env.observe(new[i]))
+        env.set_state(state)
+        obs, step_reward, terminated, _, info = env.step(int(action))
+        assert step_reward == reward and info["score"] == state.score + reward
+        assert np.array_equal(np.argwhere(env.state.board != slid).shape, (1, 2))
+
+
+def test_2048_spawns_are_uniform_over_empty_cells_and_one_in_ten_a_four():
+    """30,000 boards with the same three empty cells, spawned in one call: each empty cell gets
+    a third of the tiles and a tenth are 4s, within five binomial standard deviations."""
+    n = 30_000
+    board = np.array([[1, 0, 2, 3], [4, 5, 0, 6], [7, 8, 9, 0], [1, 2, 3, 4]], dtype=np.int8)
+    boards = np.repeat(board[None], n, axis=0)
+    spawn_tiles(boards, np.random.default_rng(0))
+    changed = boards != board
+    assert (changed.sum(axis=(1, 2)) == 1).all()
+    assert not changed[:, board != 0].any()
+    for cell, p in [((0, 1), 1 / 3), ((1, 2), 1 / 3), ((2, 3), 1 / 3)]:
+        assert abs(changed[:, cell[0], cell[1]].mean() - p) < 5 * np.sqrt(p * (1 - p) / n)
+    fours = (boards[changed] == 2).mean()
+    assert abs(fours - 0.1) < 5 * np.sqrt(0.1 * 0.9 / n)
+    full = np.repeat(board[None], 2, axis=0)
+    full[full == 0] = 1
+    spawned = full.copy()
+    spawn_tiles(spawned, np.random.default_rng(0))
+    assert np.array_equal(spawned, full)  # no empty cell: nothing to do
+
+
+def test_2048_batched_rules_refuse_illegal_moves_anywhere_in_the_batch():
+    env = gym.make("muzero_gym/2048-v0").unwrapped
+    env.reset(seed=0)
+    start = env.get_state()
+    stuck_left = State2048(np.array([[1, 2, 0, 0]] + [[0] * 4] * 3, dtype=np.int8))
+    legal = int(np.flatnonzero(env.legal_mask(start))[0])
+    with pytest.raises(IllegalMoveError, match="illegal move left: nothing moves"):
+        env.simulate([start, stuck_left], np.array([legal, 3]))
+    with pytest.raises(IllegalMoveError, match="illegal move 4"):
+        env.simulate([start], np.array([4]))
+    with pytest.raises(ValueError, match="2 actions for 1 states"):
+        env.simulate([start], np.array([0, 1]))
+    over = State2048(start.board, done=True)
+    with pytest.raises(IllegalMoveError, match="the game is over"):
+        env.simulate([over], np.array([legal]))
+    assert np.array_equal(stuck_left.board[0], [1, 2, 0, 0])
 
 
 def _game(env, players):
