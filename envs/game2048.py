@@ -7,6 +7,11 @@ sum of the tiles made by merges in the move, as in the original game's score. Th
 no move is legal. The observation is one-hot over tile exponents, [16, 4, 4] bool: plane 0
 marks empty cells, plane k a tile of 2**k. ``get_state``/``set_state`` copy and restore the
 board (the spawn after a move is drawn from the env's own random generator).
+
+The rules work on a batch of boards ([B, 4, 4] arrays of exponents): ``simulate(states,
+actions)`` plays one move and its spawn in many positions with a few numpy calls, which is how
+the true-simulator search (``search.simulator = true``) makes a simulation's new nodes; the
+env's own ``step`` is a batch of one.
 """
 
 from __future__ import annotations
