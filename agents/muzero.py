@@ -49,6 +49,7 @@ from muzero_gym.inference import plan
 from muzero_gym.learner import Learner, TrainingDivergedError, resolve_device
 from muzero_gym.local_driver import run_local
 from muzero_gym.mcts import BatchedMCTS, SearchResult, SearchSettings, select_actions
+from muzero_gym.numpy_inference import limit_blas_threads
 from muzero_gym.progress import Progress
 from muzero_gym.replay import ReplayBuffer
 from muzero_gym.run_folder import RunLock, remove_stale_temp_files
@@ -141,6 +142,7 @@ class MuZeroAgent:
             threads = max(1, (os.cpu_count() or 2) // 2)  # self-play and learner share them
         if threads > 0:
             torch.set_num_threads(threads)
+            limit_blas_threads(threads)
 
     def _acting_search(self) -> BatchedMCTS:
         """The search for evaluation and play: self-play's, or one with

@@ -323,8 +323,8 @@ class TrainConfig(_Section):
                                    choices=("auto", "cpu", "cuda"))
     mixed_precision: bool = _field(False, "bfloat16 autocast for the learner on CUDA")
     num_threads: int = _field(
-        0, "torch threads (per thread of work with concurrent_learner); 0 = 1 with async envs, "
-        "half the cores with concurrent_learner, else all cores", low=0)
+        0, "torch threads and numpy's BLAS threads (per thread of work with concurrent_learner); "
+        "0 = 1 with async envs, half the cores with concurrent_learner, else all cores", low=0)
     backend: str = _field(
         "local", "where training runs: local (self-play and learner in this process) or ray "
         "(self-play in train.num_actors Ray actors, the learner in this process; needs the "

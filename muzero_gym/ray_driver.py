@@ -110,8 +110,10 @@ class SelfPlayActor:
         import torch
 
         from muzero_gym.learner import resolve_device
+        from muzero_gym.numpy_inference import limit_blas_threads
 
         torch.set_num_threads(1)
+        limit_blas_threads(1)
         self.config = config_from_dict(config, preset=preset)
         facts = inspect_env(self.config)
         device = resolve_device(self.config.train.inference_device)

@@ -165,3 +165,26 @@ def test_corrupt_and_foreign_checkpoints_are_refused(tmp_path, capsys):
     assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
     with pytest.raises(CheckpointError):
         MuZeroAgent.load(tmp_path / "missing")
+
+
+def test_num_threads_caps_torch_and_numpy_blas_threads():
+    """``train.num_threads`` sets torch's threads and numpy's BLAS threads alike: OpenBLAS's
+    extra threads otherwise spin on cores that a second run or the learner needs."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from muzero_gym.numpy_inference import limit_blas_threads
+
+    torch_threads = torch.get_num_threads()
+    try:
+        with threadpool_limits(limits=2, user_api="blas"):  # restores numpy's threads after
+            # numpy's BLAS (loaded with numpy); libraries that other imports load later are
+            # not what numpy's products run on
+            loaded = {p["filepath"] for p in threadpool_info() if p["user_api"] == "blas"}
+            MuZeroAgent(load_config("cartpole", ["train.num_threads=1"]))
+            blas = [p for p in threadpool_info() if p["filepath"] in loaded]
+            assert blas and all(p["num_threads"] == 1 for p in blas)
+            assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(torch_threads)
+    with pytest.raises(ValueError, match="threads = 0"):
+        limit_blas_threads(0)

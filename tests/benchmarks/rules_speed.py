@@ -1,7 +1,7 @@
-"""Speed of the board games' rules: positions a second of ``simulate`` (one move in each of B
-positions, observations and legal moves of the new ones included) at B = 64, on random games
-that restart when they end, and of the rule library alone where there is one (python-chess,
-cshogi: a legal-move list and a push per position).
+"""Speed of the board games' and 2048's rules: positions a second of ``simulate`` (one move in
+each of B positions, observations and legal moves of the new ones included) at B = 64, on
+random games that restart when they end, and of the rule library alone where there is one
+(python-chess, cshogi: a legal-move list and a push per position).
 
     python tests/benchmarks/rules_speed.py [--seconds 5] [--batch 64]
 """
@@ -23,7 +23,8 @@ GAMES = {"Connect Four": ("muzero_gym/ConnectFour-v0", {}),
          "Go 9 x 9": ("muzero_gym/Go-v0", {"size": 9}),
          "Go 19 x 19": ("muzero_gym/Go-v0", {"size": 19}),
          "chess": ("muzero_gym/Chess-v0", {}),
-         "shogi (1 position of history)": ("muzero_gym/Shogi-v0", {"history": 1})}
+         "shogi (1 position of history)": ("muzero_gym/Shogi-v0", {"history": 1}),
+         "2048 (spawns included)": ("muzero_gym/2048-v0", {})}
 
 
 def simulate_rate(env_id: str, kwargs: dict, batch: int, seconds: float) -> float:
