@@ -55,7 +55,7 @@ from muzero_gym.replay import ReplayBuffer
 from muzero_gym.run_folder import RunLock, remove_stale_temp_files
 from muzero_gym.run_log import RunLogger
 from muzero_gym.selfplay import SelfPlay
-from muzero_gym.simulator import SimulatorSearchAdapter
+from muzero_gym.simulator import SimulatorSearchAdapter, scratch_seed
 from muzero_gym.workers import (
     LearnerWorker,
     PlayResult,
@@ -334,12 +334,13 @@ class MuZeroAgent:
         for key, value in values.items():
             self._metrics[key].append(float(value))
 
-    def _new_simulator(self) -> SimulatorSearchAdapter | None:
-        """A true-simulator adapter over a scratch env when ``search.simulator`` is on."""
+    def _new_simulator(self, seed: int) -> SimulatorSearchAdapter | None:
+        """A true-simulator adapter over a scratch env when ``search.simulator`` is on; ``seed``
+        seeds its chance draws (see :func:`~muzero_gym.simulator.scratch_seed`)."""
         if not self.config.search.simulator:
             return None
         return SimulatorSearchAdapter(self.selfplay_network, self.encoder,
-                                      make_env(self.config.env), self.num_actions)
+                                      make_env(self.config.env), self.num_actions, seed=seed)
 
     def _start_selfplay(self) -> SelfPlay:
         """The local self-play (its envs made on first use and kept between ``learn``
@@ -471,7 +472,8 @@ class MuZeroAgent:
         if states is None:
             raise ValueError("search.simulator = true: pass the envs' get_state() as states")
         if self._acting_simulator is None:
-            self._acting_simulator = self._new_simulator()
+            self._acting_simulator = self._new_simulator(
+                scratch_seed(self.config.train.seed, 2))
         simulator = self._acting_simulator
         with torch.inference_mode():
             root_value, root_logits = simulator.initial(images, states)
@@ -504,10 +506,11 @@ class MuZeroAgent:
         self.sync_selfplay_weights()
         num_envs = min(num_episodes, self.config.env.num_envs)
         envs = make_vector_env(self.config.env, num_envs)
-        eval_rng = np.random.default_rng(self.rng.integers(2**31) if seed is None else seed)
+        eval_seed = int(self.rng.integers(2**31)) if seed is None else seed
+        eval_rng = np.random.default_rng(eval_seed)
         player = SelfPlay(envs, self.selfplay_network, self.acting_search, self.new_game,
-                          self.config.search, eval_rng, add_noise=False,
-                          greedy=True, simulator=self._new_simulator())
+                          self.config.search, eval_rng, add_noise=False, greedy=True,
+                          simulator=self._new_simulator(scratch_seed(eval_seed, 1)))
         quota = [num_episodes // num_envs + (i < num_episodes % num_envs)
                  for i in range(num_envs)]
         games: list[Game] = []

@@ -13,7 +13,9 @@ and no action planes (the node's observation alone is the model input).
 An env that also offers ``simulate(states, actions)`` (the batched rules of
 :meth:`muzero_gym.envs.board.BoardGameEnv.simulate`) has each simulation's new nodes, one per
 search in the batch, made by one call of it; otherwise each node costs a ``set_state`` /
-``step`` / ``get_state`` round on a scratch env.
+``step`` / ``get_state`` round on a scratch env. A game with chance (2048's spawns) draws it from
+the scratch env's generator, which ``seed`` sets, so that a seed's run is reproducible;
+:func:`scratch_seed` derives one without taking draws from the run's own generators.
 """
 
 from __future__ import annotations
@@ -48,13 +50,22 @@ def check_simulator_env(env: gym.Env) -> gym.Env:
     return inner
 
 
+def scratch_seed(*keys: int) -> int:
+    """A seed for a scratch env's chance draws, derived from ``keys`` (a run's seed, which
+    worker or evaluation it serves), so that seeding it takes no draw from other generators."""
+    return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(1)[0])
+
+
 class SimulatorSearchAdapter:
     """Serves one search at a time over real game states: call :meth:`initial` with the roots'
-    observations and states, then pass :meth:`recurrent_fn` to the search."""
+    observations and states, then pass :meth:`recurrent_fn` to the search. ``seed`` seeds the
+    scratch env (its chance draws); None leaves it to the operating system's entropy."""
 
     def __init__(self, network: MuZeroNetwork, encoder: ObservationEncoder, scratch_env: gym.Env,
-                 num_actions: int):
+                 num_actions: int, seed: int | None = None):
         self.scratch = check_simulator_env(scratch_env)
+        if seed is not None:
+            self.scratch.reset(seed=seed)
         simulate = getattr(self.scratch, "simulate", None)
         self._simulate = simulate if callable(simulate) else None
         self.encoder = encoder

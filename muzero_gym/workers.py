@@ -42,7 +42,12 @@ from muzero_gym.reanalyse import reanalyse
 from muzero_gym.replay import Batch, ReplayBuffer
 from muzero_gym.segment import Segment
 from muzero_gym.selfplay import SelfPlay
-from muzero_gym.simulator import SimulatorError, SimulatorSearchAdapter, check_simulator_env
+from muzero_gym.simulator import (
+    SimulatorError,
+    SimulatorSearchAdapter,
+    check_simulator_env,
+    scratch_seed,
+)
 from muzero_gym.symmetry import Symmetry, augment_batch, game_symmetries
 
 
@@ -145,8 +150,9 @@ class SelfPlayWorker:
             envs = make_vector_env(config.env)
             simulator = None
             if config.search.simulator:
-                simulator = SimulatorSearchAdapter(self.network, self.facts.encoder,
-                                                   make_env(config.env), self.facts.num_actions)
+                simulator = SimulatorSearchAdapter(
+                    self.network, self.facts.encoder, make_env(config.env),
+                    self.facts.num_actions, seed=scratch_seed(config.train.seed, 0, self.worker_id))
             selfplay = SelfPlay(envs, self.network, self.search,
                                 lambda: new_game(config, self.facts), config.search, self.rng,
                                 simulator=simulator,

@@ -263,6 +263,25 @@ def test_tiny_learn_on_2048(tmp_path, simulator):
     assert agent.training_steps > 0 and agent.env_steps >= 80
 
 
+def test_2048_runs_and_evaluations_repeat_for_a_seed():
+    """2048's spawns inside the true-simulator search come from a scratch env seeded from the
+    run's seed (self-play) or the evaluation's seed: the same seed plays the same games, and
+    the search's spawns are not the operating system's entropy."""
+    def run(seed: int, eval_seed: int) -> tuple[list, list]:
+        agent = MuZeroAgent(load_config("g2048", [
+            "env.max_episode_steps=40", "search.num_simulations=8", "env.num_envs=2",
+            "train.batch_size=8", "train.warmup_transitions=40", "train.eval_interval=0",
+            f"train.seed={seed}", "log.progress=false"]))
+        agent.learn(120, progress=False)
+        played = [list(g.actions) + list(g.rewards) for g in agent.replay.games()]
+        games = agent.evaluate_games(2, seed=eval_seed)
+        return played, [list(g.actions) + list(g.rewards) for g in games]
+
+    first = run(0, 5)
+    assert first[0] and run(0, 5) == first
+    assert run(0, 6)[1] != first[1]
+
+
 def test_play_in_terminal_re_asks_bad_input_and_quits_cleanly(capsys):
     import io
 
