@@ -105,10 +105,14 @@ def slide_boards(boards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out.reshape(batch, 4, size, size), rewards
 
 
+def moves_that_change(slid: np.ndarray, boards: np.ndarray) -> np.ndarray:
+    """[B, 4] bool: which of the slides ``slid`` [B, 4, size, size] change ``boards``."""
+    return (slid != boards[:, None]).any(axis=(2, 3))
+
+
 def legal_masks(boards: np.ndarray) -> np.ndarray:
     """[B, 4] bool: the moves that change each of ``boards`` [B, size, size]."""
-    slid, _ = slide_boards(boards)
-    return (slid != boards[:, None]).any(axis=(2, 3))
+    return moves_that_change(slide_boards(boards)[0], boards)
 
 
 def slide(board: np.ndarray, action: int) -> tuple[np.ndarray, float]:
@@ -188,7 +192,7 @@ class Game2048Env(TextGameEnv):
             (0, self.size, self.size), dtype=np.int8)
         slid, gains = slide_boards(boards)
         rows = np.arange(batch)
-        legal = (slid != boards[:, None]).any(axis=(2, 3))
+        legal = moves_that_change(slid, boards)
         if not legal[rows, actions].all():
             i = int(np.flatnonzero(~legal[rows, actions])[0])
             names = [ACTION_NAMES[a] for a in np.flatnonzero(legal[i])]
