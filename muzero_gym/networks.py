@@ -53,6 +53,32 @@ def _scale_hidden(x: torch.Tensor) -> torch.Tensor:
     return (x - low) / (high - low).clamp_min(1e-5)
 
 
+def _memory_format(x: torch.Tensor) -> torch.memory_format:
+    """Channels-last for a 4-D tensor laid out so (and not also channels-first), else the
+    default layout."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(
+            memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+class PlanesLinear(nn.Linear):
+    """``nn.Linear`` over planes [B, C, H, W] flattened in the channels-first order (the
+    weight's columns are ``(c, h, w)``), in whatever memory layout the planes come. A
+    channels-last input is read as it lies and the weight is permuted to match: the same
+    products summed in another order, and no copy of the planes forward or backward (flattening
+    a channels-last tensor copies it, and its gradient then comes back channels-first, which
+    made every elementwise backward of the head several times slower on CPUs)."""
+
+    def forward(self, planes: torch.Tensor) -> torch.Tensor:
+        if _memory_format(planes) != torch.channels_last:
+            return F.linear(planes.flatten(1), self.weight, self.bias)
+        batch, channels, height, width = planes.shape
+        weight = self.weight.view(-1, channels, height, width).permute(0, 2, 3, 1)
+        return F.linear(planes.permute(0, 2, 3, 1).reshape(batch, -1),
+                        weight.reshape(self.out_features, -1), self.bias)
+
+
 class MuZeroNetwork(nn.Module):
     """Common interface: batched ``initial_inference`` and ``recurrent_inference``."""
 
@@ -69,7 +95,7 @@ class MuZeroNetwork(nn.Module):
     def _build_projection(self, in_features: int, size: int) -> None:
         """Projection and prediction head of EfficientZero's consistency loss (SimSiam)."""
         self.projection = nn.Sequential(
-            nn.Linear(in_features, size), nn.LayerNorm(size), nn.ReLU(), nn.Linear(size, size))
+            PlanesLinear(in_features, size), nn.LayerNorm(size), nn.ReLU(), nn.Linear(size, size))
         half = max(1, size // 2)
         self.projection_head = nn.Sequential(
             nn.Linear(size, half), nn.LayerNorm(half), nn.ReLU(), nn.Linear(half, size))
@@ -78,7 +104,7 @@ class MuZeroNetwork(nn.Module):
         """Projection of hidden states for the consistency loss; the prediction head is applied
         to the unrolled (online) branch only."""
         assert self.projection is not None and self.projection_head is not None
-        x = self.projection(hidden.flatten(1))
+        x = self.projection(hidden)  # PlanesLinear flattens planes as they lie
         return self.projection_head(x) if with_head else x
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
@@ -203,10 +229,11 @@ class Downsample(nn.Module):
 
 def _conv_head(channels: int, spatial: int, outputs: int, head_channels: int = 16,
                width: int = 32) -> nn.Sequential:
-    """1x1 conv reduction, then a small MLP; the last layer starts at zero."""
+    """1x1 conv reduction, then a small MLP; the last layer starts at zero. (Index 3, where a
+    flatten stood, keeps the checkpoints' parameter names: ``PlanesLinear`` flattens.)"""
     head = nn.Sequential(
         nn.Conv2d(channels, head_channels, 1), nn.BatchNorm2d(head_channels), nn.ReLU(),
-        nn.Flatten(), nn.Linear(head_channels * spatial, width), nn.ReLU(),
+        nn.Identity(), PlanesLinear(head_channels * spatial, width), nn.ReLU(),
         nn.Linear(width, outputs))
     nn.init.zeros_(head[-1].weight)
     nn.init.zeros_(head[-1].bias)
@@ -252,7 +279,10 @@ class ResNetNetwork(MuZeroNetwork):
 
     def dynamics(self, hidden, action):
         plane = (action.to(hidden.dtype) / self.num_actions).view(-1, 1, 1, 1)
-        plane = plane.expand(-1, 1, hidden.shape[2], hidden.shape[3])
+        # Laid out as the hidden state, so that the concatenation stays channels-last when
+        # the hidden state is (otherwise the convolution converts it back, forward and backward).
+        plane = plane.expand(-1, 1, hidden.shape[2], hidden.shape[3]).contiguous(
+            memory_format=_memory_format(hidden))
         x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, plane], dim=1)))
         next_hidden = self.dynamics_tower(F.relu(x + hidden))
         return _scale_hidden(next_hidden), self.reward_head(next_hidden)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -255,3 +257,33 @@ def test_search_precision_comes_from_the_config(precision):
     cpu = torch.device("cpu")
     bf16 = precision == "bfloat16" or (precision == "auto" and native_bfloat16(cpu))
     assert search_dtype(net, cpu) == (torch.bfloat16 if bf16 else torch.float32)
+
+
+def test_channels_last_training_network_computes_the_channels_first_function():
+    """The learner keeps convolutional networks channels-last; the heads' flatten and the
+    dynamics' action plane read that layout as it lies. Outputs and gradients equal those of
+    the channels-first network (float64: only the order of additions differs), and the
+    parameter names are those of checkpoints written before."""
+    torch.manual_seed(0)
+    config = ModelConfig(kind="resnet", num_channels=8, num_blocks=1, downsample=False,
+                         value_support_size=3, reward_support_size=2)
+    first = build_network(config, (4, 10, 10), 3).double()
+    for head in (first.value_head, first.policy_head, first.reward_head):
+        torch.nn.init.normal_(head[-1].weight, std=0.3)
+    last = copy.deepcopy(first).to(memory_format=torch.channels_last)
+    assert {"value_head.4.weight", "value_head.6.weight", "reward_head.4.bias"} <= set(
+        first.state_dict())
+    obs = torch.rand(5, 4, 10, 10, dtype=torch.float64)
+    actions = torch.tensor([0, 2, 1, 1, 0])
+    outputs = []
+    for net, x in ((first, obs), (last, obs.contiguous(memory_format=torch.channels_last))):
+        root = net.initial_inference(x)
+        step = net.recurrent_inference(root.hidden, actions)
+        if net is last:
+            assert step.hidden.is_contiguous(memory_format=torch.channels_last)
+        projected = net.project(step.hidden, with_head=True)  # the consistency loss's
+        loss = sum((t ** 2).sum() for t in (*root, *step, projected))
+        grads = torch.autograd.grad(loss, list(net.parameters()))
+        outputs.append((*root, *step, projected, *grads))
+    for got, want in zip(outputs[1], outputs[0]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
