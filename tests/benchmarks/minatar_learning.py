@@ -92,10 +92,11 @@ def main() -> None:
         elif getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     config = load_config(f"minatar_{args.game}", args.overrides)
+    threads = config.train.num_threads or torch.get_num_threads()
     print(f"{config.env.id}, preset minatar_{args.game}, {args.minutes:g} min per seed, "
           f"evaluation: {args.eval_episodes} episodes every {args.eval_every:,} env steps, "
           f"{args.final_episodes} at the end, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), {cpu_name()}", flush=True)
+          f"({threads} thread{'s' if threads != 1 else ''}), {cpu_name()}", flush=True)
     random_mean = random_policy_mean(config.env.id, 100, 0)
     results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
                         args.final_episodes, args.overrides) for s in args.seeds]
