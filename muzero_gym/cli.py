@@ -44,12 +44,24 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+_received: list[int] = []  # the stop signals the handlers below saw in this run, latest last
+
+
+def _signal_of(stop: KeyboardInterrupt) -> int:
+    """The signal that stopped the run. Ray's waits turn the handler's :class:`Stopped` into
+    a plain KeyboardInterrupt, so what the handler saw says which signal it was."""
+    if isinstance(stop, Stopped):
+        return stop.signum
+    return _received[-1] if _received else signal.SIGINT
+
+
 def _exit_status(stop: KeyboardInterrupt) -> int:
-    return 128 + (stop.signum if isinstance(stop, Stopped) else signal.SIGINT)
+    return 128 + _signal_of(stop)
 
 
 def _signal_name(stop: KeyboardInterrupt) -> str:
-    return signal.Signals(stop.signum).name if isinstance(stop, Stopped) else "Ctrl-C"
+    signum = _signal_of(stop)
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
 @contextlib.contextmanager
@@ -58,10 +70,14 @@ def _stop_signals() -> Iterator[None]:
     run the way Ctrl-C does. A signal the process was started ignoring stays ignored: a run
     under ``nohup`` outlives its terminal."""
     def stop(signum: int, frame: object) -> None:
+        _received.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Stopped(signum)
 
-    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)
-             and signal.getsignal(getattr(signal, s)) is not signal.SIG_IGN]
+    names = [s for s in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, s)
+             and signal.getsignal(getattr(signal, s)) not in (signal.SIG_IGN, None)]
+    _received.clear()
     previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
     try:
         yield

@@ -216,6 +216,10 @@ class SearchConfig(_Section):
         "tree", "what the completed Q-values are rescaled to [0, 1] by (gumbel): tree (the "
         "search tree's least and greatest values) or children (the root moves' own, as mctx)",
         choices=("tree", "children"))
+    min_value_span: float = _field(
+        0.0, "least span the search normalises values over (pUCT and Gumbel's completed Q): "
+        "while a tree's values differ by less, their differences stay small instead of "
+        "filling [0, 1] (EfficientZero: 0.01); 0 = the bounds as they are", low=0.0)
     temperature_steps: list[float] = _field(
         [], "training steps at which the temperature moves to the next entry")
     temperatures: list[float] = _field(

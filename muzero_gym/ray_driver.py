@@ -27,7 +27,9 @@ and machines:
   ``faults/actor_restarts`` counts it when the first result of the new process arrives (a
   restart still under way when the run ends is not counted). Checkpoints are those of
   the local backend (a run started on one backend resumes on the other); the games actors
-  have in progress at a checkpoint are not in it.
+  have in progress at a checkpoint are not in it. Ctrl-C, SIGTERM and SIGHUP stop the driver
+  as they stop a local run (a checkpoint, then how to resume): the handlers ``ray.init``
+  replaces are put back.
 
 Networking: without an address Ray starts a cluster on this machine that listens on 127.0.0.1
 only, with no dashboard. With ``--ray-address`` the driver joins a running cluster (see the
@@ -36,8 +38,12 @@ README for a head node and worker nodes).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,12 +71,36 @@ def import_ray():
     return ray
 
 
+@contextlib.contextmanager
+def _keeping_stop_signals() -> Iterator[None]:
+    """Puts back the SIGTERM, SIGHUP and SIGINT handlers ``ray.init`` replaces (a Python one
+    that exits, and a native one that aborts): a run stopped by a signal still checkpoints and
+    says how to resume, as a local run does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [name for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name)]
+    before = {name: signal.getsignal(getattr(signal, name)) for name in names}
+    try:
+        yield
+    finally:
+        for name, handler in before.items():
+            if handler is not None:  # None: not set from Python; nothing to put back
+                signal.signal(getattr(signal, name), handler)
+
+
 def start_ray(address: str | None, num_actors: int) -> bool:
     """Connects to the cluster at ``address``, or starts one on this machine bound to
     127.0.0.1; returns whether this call started Ray (and should shut it down)."""
     ray = import_ray()
     if ray.is_initialized():
         return False
+    with _keeping_stop_signals():
+        _init_ray(ray, address, num_actors)
+    return True
+
+
+def _init_ray(ray: Any, address: str | None, num_actors: int) -> None:
     # Ray workers import env modules (module:EnvId) from where the driver does.
     path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
     runtime_env = {"env_vars": {"PYTHONPATH": path}}
@@ -97,7 +127,6 @@ def start_ray(address: str | None, num_actors: int) -> bool:
     else:
         ray.init(address=address, runtime_env=runtime_env, logging_level="ERROR",
                  log_to_driver=False)
-    return True
 
 
 class SelfPlayActor:

@@ -216,6 +216,42 @@ def test_gumbel_policy_with_children_rescaled_q_is_mctx_sigma_of_zero_and_one(sc
     assert 0.5 < tree_scaled.search_policy[0, 1] < 0.6
 
 
+@pytest.mark.parametrize("rescale", ["tree", "children"])
+def test_min_value_span_keeps_tiny_value_differences_small(rescale):
+    # Root worth 0.5, the states after the two moves worth 0.500 and 0.501 (no reward): every
+    # value in the tree lies in [0.5, 0.501], so either rescale maps the moves to 0 and 1
+    # (policy softmax(log 0.5 + 5.4 x [0, 1])). With a least span of 0.01 they map to 0 and
+    # 0.1: softmax(log 0.5 + 5.4 x [0, 0.1]).
+    worth = np.array([0.500, 0.501])
+    root_move = {}  # node -> the root move above it; every state below a move is worth the same
+
+    def recurrent_fn(parent, action, node_index):
+        root_move[node_index] = int(action[0]) if parent[0] == 0 else root_move[int(parent[0])]
+        return np.zeros(1), worth[[root_move[node_index]]], np.zeros((1, 2))
+
+    settings = SearchSettings(num_simulations=8, discount=1.0, root_selection="gumbel",
+                              gumbel_c_scale=0.1, gumbel_q_rescale=rescale)
+    sigma = (50 + 4) * 0.1
+    for min_span, gap in ((0.0, 1.0), (0.01, 0.1)):
+        result = BatchedMCTS(dataclasses.replace(settings, min_value_span=min_span), 2).run(
+            np.full(1, 0.5), np.zeros((1, 2)), recurrent_fn, add_noise=False)
+        assert result.visit_counts[0].tolist() == [4, 4]
+        odds = np.exp(sigma * gap)
+        np.testing.assert_allclose(result.search_policy[0], [1 / (1 + odds), odds / (1 + odds)],
+                                   rtol=1e-9)
+
+
+def test_min_value_span_leaves_wide_trees_alone():
+    model = PathModel(5, seed=3, reward_scale=2.0)
+    settings = SearchSettings(num_simulations=30, discount=0.9)
+    base = run_batched(settings, [model], [0.3], [np.zeros(5)])
+    floored = run_batched(dataclasses.replace(settings, min_value_span=0.01), [model], [0.3],
+                          [np.zeros(5)])
+    np.testing.assert_array_equal(base.visit_counts, floored.visit_counts)
+    with pytest.raises(ValueError, match="min_value_span"):
+        SearchSettings(min_value_span=-0.1)
+
+
 def two_arm_gumbel_picks(temperature, rows: int = 20_000) -> np.ndarray:
     """Gumbel's pick on ``rows`` copies of a two-armed bandit (arms 0.50 and 0.51, 8
     simulations, completed Q rescaled by the children to 0 and 1, c_scale 1/54) whose improved

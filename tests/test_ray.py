@@ -34,13 +34,17 @@ def tiny(*extra: str):
     return load_config("cartpole", [*TINY, "train.backend=ray", "train.num_actors=2", *extra])
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
+
+
 @pytest.fixture(scope="module")
 def local_cluster():
     """One Ray cluster on this machine for the module's tests (as the driver starts it)."""
     from muzero_gym.ray_driver import start_ray
 
+    before = {name: signal.getsignal(getattr(signal, name)) for name in STOP_SIGNALS}
     started = start_ray(None, 2)
-    yield
+    yield before
     if started:
         ray.shutdown()
 
@@ -127,6 +131,13 @@ def test_ray_listens_on_loopback_only(local_cluster):
         assert local.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")), line
 
 
+def test_starting_ray_keeps_the_stop_signal_handlers(local_cluster):
+    # ray.init puts in a SIGTERM handler that exits at once; a run must still checkpoint.
+    # (The native handler it also installs is checked end to end by the two-node test.)
+    for name, handler in local_cluster.items():
+        assert signal.getsignal(getattr(signal, name)) == handler, name
+
+
 def test_ray_backend_without_ray_is_one_line(monkeypatch, capsys, tmp_path):
     import builtins
 
@@ -171,25 +182,44 @@ DRIVER = textwrap.dedent("""
     run = os.path.join(os.environ["WORK"], "runs", "two")
     overrides = {overrides!r}
     args = ["train", "cartpole", "--logdir", os.path.join(os.environ["WORK"], "runs"),
-            "--run-name", "two", "--env-steps", "700", "--no-progress",
+            "--run-name", "two", "--env-steps", "1000000", "--no-progress",
             "--ray-address", "127.0.0.1:6399"]
     for item in overrides:
         args += ["--set", item]
 
-    killed = []
-    def kill_one():
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not killed:
-            pids = subprocess.run(["pgrep", "-f", "ray::SelfPlayActor"], capture_output=True,
-                                  text=True).stdout.split()
-            if len(pids) >= 3 and os.path.exists(os.path.join(run, "checkpoint.pt")):
-                os.kill(int(pids[0]), signal.SIGKILL)
-                killed.append(pids[0])
+    def actor_pids():
+        return set(subprocess.run(["pgrep", "-f", "ray::SelfPlayActor"], capture_output=True,
+                                  text=True).stdout.split())
+
+    def checkpointed_steps():
+        try:
+            return load_checkpoint(run)["counters"]["env_steps"]
+        except Exception:  # not written yet
+            return None
+
+    # However slow the machine, the run goes on until one actor was killed, a new process took
+    # its place and the run checkpointed 200 more env steps; then SIGTERM stops it (status 143).
+    killed, replaced = [], []
+    def kill_one_then_stop():
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not replaced:
+            pids = actor_pids()
+            if not killed and len(pids) >= 3 and checkpointed_steps() is not None:
+                victim = sorted(pids)[0]
+                os.kill(int(victim), signal.SIGKILL)
+                killed.append((victim, pids - {{victim}}, checkpointed_steps()))
+            elif killed:
+                victim, others, at_kill = killed[0]
+                now = checkpointed_steps()
+                if pids - others - {{victim}} and now is not None and now >= at_kill + 200:
+                    replaced.append(now)
             time.sleep(0.2)
-    threading.Thread(target=kill_one, daemon=True).start()
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=kill_one_then_stop, daemon=True).start()
     code = main(args)
-    assert code == 0, code
+    assert code == 128 + signal.SIGTERM, code
     assert killed, "no actor was killed"
+    assert replaced, "the killed actor was not replaced, or the run made no progress after it"
     ray.init(address="127.0.0.1:6399")
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     ray.shutdown()

@@ -50,6 +50,7 @@ class SearchSettings:
     gumbel_c_visit: float = 50.0
     gumbel_c_scale: float = 1.0
     gumbel_q_rescale: str = "tree"
+    min_value_span: float = 0.0
     solver: bool = False
 
     def __post_init__(self) -> None:
@@ -62,6 +63,8 @@ class SearchSettings:
         if self.gumbel_q_rescale not in ("tree", "children"):
             raise ValueError(f"gumbel_q_rescale = {self.gumbel_q_rescale!r}: use tree or "
                              "children")
+        if not self.min_value_span >= 0.0:
+            raise ValueError(f"min_value_span = {self.min_value_span}: must be >= 0")
         if self.solver and self.root_selection != "puct":
             raise ValueError("solver = True needs root_selection = 'puct'")
 
@@ -83,7 +86,7 @@ class SearchSettings:
             num_players=config.env.num_players, root_selection=s.root_selection,
             gumbel_num_considered=s.gumbel_num_considered, gumbel_c_visit=s.gumbel_c_visit,
             gumbel_c_scale=s.gumbel_c_scale, gumbel_q_rescale=s.gumbel_q_rescale,
-            solver=s.solver)
+            min_value_span=s.min_value_span, solver=s.solver)
 
 
 @dataclass
@@ -248,10 +251,11 @@ class BatchedMCTS:
                 tree.gumbel_root_choice(nodes, values, children, prior, minmax, root_legal,
                                         s.discount, gumbel, considered, simulation,
                                         s.gumbel_c_visit, s.gumbel_c_scale, s.rescale_q_by_children,
-                                        completed_q, start, parent, action, max_depth)
+                                        s.min_value_span, completed_q, start, parent, action,
+                                        max_depth)
             tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
                                s.pb_c_base, s.pb_c_init, s.exploration_constant, known_min,
-                               known_max, start, parent, action, max_depth)
+                               known_max, s.min_value_span, start, parent, action, max_depth)
             out = recurrent_fn(parent, action, simulation + 1)
             reward, value, logits = out[:3]
             legal = (self._all_legal[:batch] if len(out) < 4
@@ -360,7 +364,7 @@ class BatchedMCTS:
         s = self.settings
         tree.completed_q(self._nodes[:batch], self._values[:batch], self._children[:batch],
                          self._prior[:batch], self._minmax[:batch], root_legal, s.discount,
-                         s.rescale_q_by_children, q)
+                         s.rescale_q_by_children, s.min_value_span, q)
         sigma = (s.gumbel_c_visit + visit_counts.max(axis=1, keepdims=True)) * s.gumbel_c_scale * q
         log_prior = np.log(self._prior[:batch, 0] + 1e-30)
         logits = np.where(root_legal, log_prior + sigma, -np.inf)

@@ -115,14 +115,16 @@ def init_roots(nodes, values, children, prior, minmax, root_legal, root_value, r
 
 @njit(cache=True)
 def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, pb_c_base,
-                  pb_c_init, exploration_constant, known_min, known_max, start_node, out_parent,
-                  out_action, max_depth):
+                  pb_c_init, exploration_constant, known_min, known_max, min_span, start_node,
+                  out_parent, out_action, max_depth):
     """Walks row ``b`` from ``start_node[b]`` (the root, or the root child Gumbel picked) down
     to an unexpanded edge, choosing by the reference's ``ucb_score`` (ties: largest action).
     A move with a proven value scores with that value; with known bounds (``known_min <
     known_max``) a move proven to reach ``known_max`` is always taken and one proven to reach
     ``known_min`` only when nothing else is left.
 
+    Values are normalised by the tree's min-max bounds, over a span of at least ``min_span``
+    (so that a tree whose values barely differ does not blow noise up to the whole [0, 1]).
     Writes out_parent [B] (node whose edge is taken) and out_action [B], and raises max_depth [B]
     to the depth of the new node. Illegal actions (root mask, prior -1 below) are never taken.
     """
@@ -130,7 +132,7 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
     for b in range(nodes.shape[0]):
         lo = minmax[b, MIN]
         hi = minmax[b, MAX]
-        scale = hi - lo
+        scale = max(hi - lo, min_span)
         node = start_node[b]
         if node == -1:
             continue
@@ -246,12 +248,13 @@ def _prove_upwards(nodes, values, children, prior, root_legal, b, node, discount
 
 @njit(cache=True)
 def completed_q(nodes, values, children, prior, minmax, root_legal, discount, rescale_children,
-                out):
+                min_span, out):
     """Normalised completed Q-values at the roots (Gumbel MuZero), out [B, A]: visited children
     keep reward + discount * value, unvisited ones get the mixed value ``v_mix``. They are
     rescaled to [0, 1] by the tree's min-max bounds, or with ``rescale_children`` by the least
     and greatest completed Q of the root's legal moves (as mctx does: the best move always
-    gets 1 and the worst 0, whatever the values' scale; all 0 when they are equal)."""
+    gets 1 and the worst 0, whatever the values' scale; all 0 when they are equal). Either
+    span is taken as at least ``min_span``: differences smaller than it stay small."""
     num_actions = children.shape[2]
     for b in range(nodes.shape[0]):
         root_player = nodes[b, 0, TO_PLAY]
@@ -284,10 +287,10 @@ def completed_q(nodes, values, children, prior, minmax, root_legal, discount, re
                 if root_legal[b, a]:
                     lo = min(lo, out[b, a])
                     hi = max(hi, out[b, a])
-            span = max(hi - lo, 1e-8)
+            span = max(hi - lo, min_span, 1e-8)
         elif minmax[b, MAX] > minmax[b, MIN]:
             lo = minmax[b, MIN]
-            span = minmax[b, MAX] - lo
+            span = max(minmax[b, MAX] - lo, min_span)
         else:  # no bounds yet: the values as they are
             lo = 0.0
             span = 1.0
@@ -297,15 +300,15 @@ def completed_q(nodes, values, children, prior, minmax, root_legal, discount, re
 
 @njit(cache=True)
 def gumbel_root_choice(nodes, values, children, prior, minmax, root_legal, discount, gumbel,
-                       considered_visits, simulation, c_visit, c_scale, rescale_children, scratch,
-                       out_start, out_parent, out_action, max_depth):
+                       considered_visits, simulation, c_visit, c_scale, rescale_children, min_span,
+                       scratch, out_start, out_parent, out_action, max_depth):
     """Sequential halving at the roots: row ``b`` takes, among legal actions whose visit count
     equals ``considered_visits[b, simulation]``, the one maximising gumbel + log prior +
     sigma(completed Q). Where that child exists, ``out_start[b]`` is set to it so that
     ``select_leaves`` continues below it; otherwise the new node hangs under the root and
     ``out_start[b]`` is -1."""
     completed_q(nodes, values, children, prior, minmax, root_legal, discount, rescale_children,
-                scratch)
+                min_span, scratch)
     num_actions = children.shape[2]
     for b in range(nodes.shape[0]):
         max_visits = 0
