@@ -150,9 +150,13 @@ class SelfPlayWorker:
             envs = make_vector_env(config.env)
             simulator = None
             if config.search.simulator:
+                # A resumed run (games already started) seeds its scratch env afresh, so that
+                # its chance draws do not repeat those of the run's start.
+                resumed = (self.num_games_started,) if self.num_games_started else ()
                 simulator = SimulatorSearchAdapter(
                     self.network, self.facts.encoder, make_env(config.env),
-                    self.facts.num_actions, seed=scratch_seed(config.train.seed, 0, self.worker_id))
+                    self.facts.num_actions,
+                    seed=scratch_seed(config.train.seed, 0, self.worker_id, *resumed))
             selfplay = SelfPlay(envs, self.network, self.search,
                                 lambda: new_game(config, self.facts), config.search, self.rng,
                                 simulator=simulator,

@@ -282,6 +282,26 @@ def test_2048_runs_and_evaluations_repeat_for_a_seed():
     assert run(0, 6)[1] != first[1]
 
 
+def test_a_resumed_2048_run_searches_with_chance_draws_of_its_own(tmp_path):
+    """The scratch env's spawns restart from the run's seed only at the run's start: a resumed
+    run (games already started) seeds it afresh, so it does not repeat the first draws."""
+    def scratch_draws(agent: MuZeroAgent) -> np.ndarray:
+        selfplay, _ = agent.selfplay_worker.start()
+        return selfplay.simulator.scratch.unwrapped.np_random.integers(2**31, size=4)
+
+    config = load_config("g2048", ["env.max_episode_steps=40", "search.num_simulations=4",
+                                   "env.num_envs=2", "train.batch_size=8",
+                                   "train.warmup_transitions=40", "train.eval_interval=0",
+                                   "log.progress=false"])
+    first = scratch_draws(MuZeroAgent(config))
+    np.testing.assert_array_equal(scratch_draws(MuZeroAgent(config)), first)  # a seed's start
+    agent = MuZeroAgent(config, run_dir=tmp_path / "run")
+    agent.learn(60, progress=False)
+    resumed = MuZeroAgent.load(tmp_path / "run", run_dir=tmp_path / "run")
+    assert resumed.selfplay_worker.num_games_started > 0
+    assert not np.array_equal(scratch_draws(resumed), first)
+
+
 def test_play_in_terminal_re_asks_bad_input_and_quits_cleanly(capsys):
     import io
 
