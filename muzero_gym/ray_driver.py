@@ -25,7 +25,8 @@ and machines:
 - A killed actor is restarted by Ray (``max_restarts``); the games it had not finished end in
   the replay where its last segment left them, at most its unsent positions are lost, and
   ``faults/actor_restarts`` counts it when the first result of the new process arrives (a
-  restart still under way when the run ends is not counted). Checkpoints are those of
+  restart still under way when the run ends is not counted); the new process plays from a
+  random key of its own (:func:`actor_generator`). Checkpoints are those of
   the local backend (a run started on one backend resumes on the other); the games actors
   have in progress at a checkpoint are not in it. Ctrl-C, SIGTERM and SIGHUP stop the driver
   as they stop a local run (a checkpoint, then how to resume): the handlers ``ray.init``
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import threading
 import time
@@ -129,6 +131,19 @@ def _init_ray(ray: Any, address: str | None, num_actors: int) -> None:
                  log_to_driver=False)
 
 
+def actor_generator(seed: int, worker_id: int,
+                    restarted: bool) -> tuple[np.random.Generator, int | None]:
+    """A self-play actor's random generator, and its restart key (None for the first
+    process). Ray reruns the constructor of a killed actor with the same arguments; a
+    restarted process takes a key of its own from the operating system's entropy, so that
+    its games (env seeds, exploration noise, chance draws) do not replay those of the
+    actor's start. (A restart cannot be replayed exactly in any case: it comes at a time the
+    run does not choose.)"""
+    restart_key = secrets.randbits(62) if restarted else None
+    keys = [seed, worker_id] + ([] if restart_key is None else [restart_key])
+    return np.random.default_rng(keys), restart_key
+
+
 class SelfPlayActor:
     """A :class:`~muzero_gym.workers.SelfPlayWorker` in its own process (a Ray actor)."""
 
@@ -147,14 +162,14 @@ class SelfPlayActor:
         facts = inspect_env(self.config)
         device = resolve_device(self.config.train.inference_device)
         network = build_model(self.config, facts).to(device).eval()
-        self.worker = SelfPlayWorker(self.config, facts, network,
-                                     np.random.default_rng([seed, worker_id]), worker_id)
-        self.version = -1
-        # Said with this process's first result, so that the driver counts the restart and
-        # ends the games of the process that died, even if that death failed no call.
         import ray
 
+        # Said with this process's first result, so that the driver counts the restart and
+        # ends the games of the process that died, even if that death failed no call.
         self.restarted = bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        rng, restart_key = actor_generator(seed, worker_id, self.restarted)
+        self.worker = SelfPlayWorker(self.config, facts, network, rng, worker_id, restart_key)
+        self.version = -1
 
     def pid(self) -> int:
         return os.getpid()

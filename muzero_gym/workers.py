@@ -127,11 +127,13 @@ class PlayResult:
 class SelfPlayWorker:
     """Self-play on its own vector env (see module doc). ``network`` is the worker's copy of
     the weights (eval mode, on the inference device); ``worker_id`` keeps the ids of its games
-    apart from other workers'."""
+    apart from other workers'; ``restart_key`` (a restarted process's own number) keeps the
+    chance draws of its search's scratch env apart from those of the process it replaces."""
 
     def __init__(self, config: Config, facts: EnvFacts, network: MuZeroNetwork,
-                 rng: np.random.Generator, worker_id: int = 0):
+                 rng: np.random.Generator, worker_id: int = 0, restart_key: int | None = None):
         self.config = config
+        self.restart_key = () if restart_key is None else (restart_key,)
         self.facts = facts
         self.network = network
         self.rng = rng
@@ -150,9 +152,10 @@ class SelfPlayWorker:
             envs = make_vector_env(config.env)
             simulator = None
             if config.search.simulator:
-                # A resumed run (games already started) seeds its scratch env afresh, so that
-                # its chance draws do not repeat those of the run's start.
+                # A resumed run (games already started) or a restarted process seeds its
+                # scratch env afresh, so that its chance draws do not repeat the run's start.
                 resumed = (self.num_games_started,) if self.num_games_started else ()
+                resumed += self.restart_key
                 simulator = SimulatorSearchAdapter(
                     self.network, self.facts.encoder, make_env(config.env),
                     self.facts.num_actions,

@@ -302,6 +302,37 @@ def test_a_resumed_2048_run_searches_with_chance_draws_of_its_own(tmp_path):
     assert not np.array_equal(scratch_draws(resumed), first)
 
 
+def test_a_restarted_ray_actor_plays_games_of_its_own():
+    """Ray reruns a killed actor's constructor with the same arguments: the first process
+    draws from the run's seed, a restarted one from a key of its own, for its games (the
+    generator) and for its search's chance draws (the scratch env)."""
+    from muzero_gym.ray_driver import actor_generator
+    from muzero_gym.workers import SelfPlayWorker
+
+    first, key = actor_generator(3, 1, restarted=False)
+    assert key is None
+    np.testing.assert_array_equal(first.integers(2**31, size=4),
+                                  np.random.default_rng([3, 1]).integers(2**31, size=4))
+    (again, key_a), (other, key_b) = (actor_generator(3, 1, restarted=True) for _ in range(2))
+    assert key_a != key_b
+    draws = [g.integers(2**31, size=4) for g in (np.random.default_rng([3, 1]), again, other)]
+    assert len({tuple(d) for d in draws}) == 3
+
+    config = load_config("g2048", ["search.num_simulations=4", "env.num_envs=2",
+                                   "train.eval_interval=0", "log.progress=false"])
+    model = MuZeroAgent(config).selfplay_worker
+
+    def scratch_draws(restart_key: int | None) -> np.ndarray:
+        worker = SelfPlayWorker(config, model.facts, model.network, np.random.default_rng(0),
+                                1, restart_key)
+        selfplay, _ = worker.start()
+        return selfplay.simulator.scratch.unwrapped.np_random.integers(2**31, size=4)
+
+    np.testing.assert_array_equal(scratch_draws(None), scratch_draws(None))
+    assert not np.array_equal(scratch_draws(key_a), scratch_draws(None))
+    assert not np.array_equal(scratch_draws(key_a), scratch_draws(key_b))
+
+
 def test_play_in_terminal_re_asks_bad_input_and_quits_cleanly(capsys):
     import io
 
