@@ -173,6 +173,9 @@ class ModelConfig(_Section):
     num_blocks: int = _field(16, "residual blocks per function (resnet); 0 = a single "
                              "convolution per function", low=0)
     downsample: bool = _field(True, "downsample images 16x as in the MuZero Atari network")
+    head_channels: int = _field(16, "channels the reward, value and policy heads reduce the "
+                                "hidden state to (a 1x1 convolution) before their MLP (resnet)",
+                                low=1)
     search_precision: str = _field(
         "float32", "number format of the search's calls of a convolutional network "
         "(self-play, evaluation, play): bfloat16 (torch.autocast) is faster on CPUs with "

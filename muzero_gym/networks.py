@@ -227,7 +227,7 @@ class Downsample(nn.Module):
         return F.avg_pool2d(x, 3, stride=2, padding=1)
 
 
-def _conv_head(channels: int, spatial: int, outputs: int, head_channels: int = 16,
+def _conv_head(channels: int, spatial: int, outputs: int, head_channels: int,
                width: int = 32) -> nn.Sequential:
     """1x1 conv reduction, then a small MLP; the last layer starts at zero. (Index 3, where a
     flatten stood, keeps the checkpoints' parameter names: ``PlanesLinear`` flattens.)"""
@@ -264,11 +264,13 @@ class ResNetNetwork(MuZeroNetwork):
         self.dynamics_conv = nn.Conv2d(channels + 1, channels, 3, padding=1, bias=False)
         self.dynamics_bn = nn.BatchNorm2d(channels)
         self.dynamics_tower = nn.Sequential(*[ResidualBlock(channels) for _ in range(num_blocks)])
-        self.reward_head = _conv_head(channels, spatial, 2 * config.reward_support_size + 1)
+        self.reward_head = _conv_head(channels, spatial, 2 * config.reward_support_size + 1,
+                                      config.head_channels)
         self.prediction_tower = nn.Sequential(*[ResidualBlock(channels)
                                                 for _ in range(num_blocks)])
-        self.value_head = _conv_head(channels, spatial, 2 * config.value_support_size + 1)
-        self.policy_head = _conv_head(channels, spatial, num_actions)
+        self.value_head = _conv_head(channels, spatial, 2 * config.value_support_size + 1,
+                                     config.head_channels)
+        self.policy_head = _conv_head(channels, spatial, num_actions, config.head_channels)
         self._build_projection(channels * spatial, config.projection_size)
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:

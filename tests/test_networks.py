@@ -84,6 +84,19 @@ def test_resnet_without_downsampling_reads_board_planes():
     assert isinstance(build_network(ModelConfig(kind="auto"), (3, 6, 7), 7), MLPNetwork)
 
 
+def test_heads_reduce_the_hidden_state_to_head_channels():
+    config = ModelConfig(kind="resnet", num_channels=8, num_blocks=0, downsample=False,
+                         value_support_size=2, reward_support_size=1, head_channels=3)
+    net = build_network(config, (3, 6, 7), 7)
+    for head in (net.reward_head, net.value_head, net.policy_head):
+        assert head[0].out_channels == 3 and head[4].in_features == 3 * 6 * 7
+    out = net.recurrent_inference(net.initial_inference(torch.rand(2, 3, 6, 7)).hidden,
+                                  torch.tensor([0, 6]))
+    assert out.value_logits.shape == (2, 5) and out.reward_logits.shape == (2, 3)
+    with pytest.raises(ValueError, match="head_channels"):
+        ModelConfig(head_channels=0)
+
+
 def test_small_resnet_size_is_efficientzero_scale():
     net = build_network(ModelConfig(kind="resnet_small", value_support_size=300,
                                     reward_support_size=300), (4, 96, 96), 18, image_input=True)
