@@ -223,6 +223,10 @@ class SearchConfig(_Section):
         0.0, "least span the search normalises values over (pUCT and Gumbel's completed Q): "
         "while a tree's values differ by less, their differences stay small instead of "
         "filling [0, 1] (EfficientZero: 0.01); 0 = the bounds as they are", low=0.0)
+    max_depth: int = _field(
+        0, "deepest level the search tree grows to: a simulation that reaches an expanded node "
+        "there backs its value up again instead of going deeper (num_unroll_steps keeps the "
+        "search within the depth the dynamics are trained to unroll); 0 = no cap", low=0)
     temperature_steps: list[float] = _field(
         [], "training steps at which the temperature moves to the next entry")
     temperatures: list[float] = _field(

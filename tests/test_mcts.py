@@ -252,6 +252,76 @@ def test_min_value_span_leaves_wide_trees_alone():
         SearchSettings(min_value_span=-0.1)
 
 
+def node_depths(search: BatchedMCTS, row: int, num_nodes: int) -> np.ndarray:
+    """Depth of each of the last search's nodes 0..num_nodes-1 of ``row`` (-1: not attached)."""
+    nodes = search._nodes[row]
+    depths = np.full(num_nodes, -1)
+    depths[0] = 0
+    for n in range(1, num_nodes):  # a parent is always expanded before its children
+        parent = nodes[n, 2]
+        if parent >= 0 and search._children[row, parent, nodes[n, 3]] == n:
+            depths[n] = depths[parent] + 1
+    return depths
+
+
+@pytest.mark.parametrize("root_selection", ["puct", "gumbel"])
+@pytest.mark.parametrize("cap", [1, 2, 3])
+def test_max_depth_keeps_every_node_within_the_cap(root_selection, cap):
+    models = [PathModel(3, seed=s) for s in range(4)]
+    settings = SearchSettings(num_simulations=40, discount=0.9, root_selection=root_selection,
+                              max_depth=cap)
+    search = BatchedMCTS(settings, 3)
+    callback = BatchedPathCallback(models, settings.num_simulations + 1)
+    result = search.run(np.zeros(4), np.zeros((4, 3)), callback, rng=np.random.default_rng(1))
+    assert (result.max_depth == cap).all()
+    for row in range(4):
+        depths = node_depths(search, row, settings.num_simulations + 1)
+        assert depths.max() == cap
+        assert (search._children[row][depths == cap] == -1).all()
+        # Every simulation still counts: the root and its children carry all the visits.
+        assert search._nodes[row, 0, 0] == settings.num_simulations + 1
+        assert result.visit_counts[row].sum() == settings.num_simulations
+        # A node's visits are its own value plus those of the walks through it.
+        attached = depths >= 0
+        for n in np.flatnonzero(attached & (depths < cap)):
+            kids = search._children[row, n]
+            assert search._nodes[row, n, 0] >= 1 + search._nodes[row, kids[kids >= 0], 0].sum()
+
+
+def test_max_depth_one_backs_each_root_move_up_as_a_bandit():
+    # Cap 1: every simulation backs up reward + discount * value of a root child, and each child
+    # keeps its own value however often it is revisited.
+    rewards, values = np.array([0.5, -0.2]), np.array([0.1, 0.8])
+
+    def recurrent_fn(parent, action, node_index):
+        assert (parent == 0).all()
+        return rewards[action], values[action], np.zeros((len(action), 2))
+
+    settings = SearchSettings(num_simulations=30, discount=0.9, max_depth=1)
+    result = BatchedMCTS(settings, 2).run(np.array([0.3]), np.zeros((1, 2)), recurrent_fn,
+                                          add_noise=False)
+    q = rewards + 0.9 * values
+    n = result.visit_counts[0]
+    assert n.sum() == 30 and (n > 0).all()
+    np.testing.assert_allclose(result.qvalues[0], q, rtol=1e-12)
+    np.testing.assert_allclose(result.root_value[0], (0.3 + (n * q).sum()) / 31, rtol=1e-12)
+
+
+def test_max_depth_beyond_the_tree_changes_nothing():
+    model = PathModel(4, seed=5)
+    settings = SearchSettings(num_simulations=30, discount=0.9)
+    free = run_batched(settings, [model], [0.2], [np.zeros(4)])
+    capped = run_batched(dataclasses.replace(settings, max_depth=int(free.max_depth[0]) + 1),
+                         [model], [0.2], [np.zeros(4)])
+    np.testing.assert_array_equal(free.visit_counts, capped.visit_counts)
+    np.testing.assert_array_equal(free.root_value, capped.root_value)
+    lower = run_batched(dataclasses.replace(settings, max_depth=int(free.max_depth[0]) - 1),
+                        [model], [0.2], [np.zeros(4)])
+    assert lower.max_depth[0] == free.max_depth[0] - 1
+    with pytest.raises(ValueError, match="max_depth"):
+        SearchSettings(max_depth=-1)
+
+
 def two_arm_gumbel_picks(temperature, rows: int = 20_000) -> np.ndarray:
     """Gumbel's pick on ``rows`` copies of a two-armed bandit (arms 0.50 and 0.51, 8
     simulations, completed Q rescaled by the children to 0 and 1, c_scale 1/54) whose improved

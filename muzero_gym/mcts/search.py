@@ -16,6 +16,10 @@ A callback that also knows which new nodes are final states returns them as a fi
 (terminal [B] bool); with ``SearchSettings.solver`` the search then proves values (MCTS-solver,
 see :mod:`muzero_gym.mcts.tree`) and plays and trains on the proofs: a move proven best is
 taken, a move proven lost is not while another is open.
+
+``SearchSettings.max_depth`` caps how deep the tree grows (the learned dynamics are trained to
+unroll only ``num_unroll_steps`` steps): a simulation whose walk reaches an expanded node at the
+cap backs that node's value up once more, and the model's output for that row is dropped.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class SearchSettings:
     gumbel_c_scale: float = 1.0
     gumbel_q_rescale: str = "tree"
     min_value_span: float = 0.0
+    max_depth: int = 0
     solver: bool = False
 
     def __post_init__(self) -> None:
@@ -65,6 +70,8 @@ class SearchSettings:
                              "children")
         if not self.min_value_span >= 0.0:
             raise ValueError(f"min_value_span = {self.min_value_span}: must be >= 0")
+        if self.max_depth < 0:
+            raise ValueError(f"max_depth = {self.max_depth}: must be >= 0 (0 = no cap)")
         if self.solver and self.root_selection != "puct":
             raise ValueError("solver = True needs root_selection = 'puct'")
 
@@ -86,7 +93,7 @@ class SearchSettings:
             num_players=config.env.num_players, root_selection=s.root_selection,
             gumbel_num_considered=s.gumbel_num_considered, gumbel_c_visit=s.gumbel_c_visit,
             gumbel_c_scale=s.gumbel_c_scale, gumbel_q_rescale=s.gumbel_q_rescale,
-            min_value_span=s.min_value_span, solver=s.solver)
+            min_value_span=s.min_value_span, max_depth=s.max_depth, solver=s.solver)
 
 
 @dataclass
@@ -167,6 +174,7 @@ class BatchedMCTS:
         self._minmax = np.zeros((batch, 2), dtype=np.float64)
         self._parent = np.zeros(batch, dtype=np.int32)
         self._action = np.zeros(batch, dtype=np.int32)
+        self._revisit = np.full(batch, -1, dtype=np.int32)
         self._start = np.zeros(batch, dtype=np.int32)
         self._all_legal = np.ones((batch, a), dtype=np.bool_)
         self._no_terminal = np.zeros(batch, dtype=np.bool_)
@@ -216,6 +224,7 @@ class BatchedMCTS:
         nodes, values = self._nodes[:batch], self._values[:batch]
         children, prior, minmax = self._children[:batch], self._prior[:batch], self._minmax[:batch]
         parent, action = self._parent[:batch], self._action[:batch]
+        revisit = self._revisit[:batch]
 
         use_gumbel = s.root_selection == "gumbel"
         noise_fraction = s.root_exploration_fraction if (add_noise and not use_gumbel) else 0.0
@@ -255,7 +264,8 @@ class BatchedMCTS:
                                         max_depth)
             tree.select_leaves(nodes, values, children, prior, minmax, root_legal, s.discount,
                                s.pb_c_base, s.pb_c_init, s.exploration_constant, known_min,
-                               known_max, s.min_value_span, start, parent, action, max_depth)
+                               known_max, s.min_value_span, s.max_depth, start, parent, action,
+                               revisit, max_depth)
             out = recurrent_fn(parent, action, simulation + 1)
             reward, value, logits = out[:3]
             legal = (self._all_legal[:batch] if len(out) < 4
@@ -267,7 +277,7 @@ class BatchedMCTS:
                                      "nodes are final states (a true simulator)")
                 terminal = _contiguous(np.asarray(out[4], dtype=np.bool_), (batch,))
             tree.expand_and_backup(nodes, values, children, prior, minmax, simulation + 1, parent,
-                                   action, _contiguous(reward, (batch,)),
+                                   action, revisit, _contiguous(reward, (batch,)),
                                    _contiguous(value, (batch,)),
                                    _contiguous(logits, (batch, self.num_actions)), s.num_players,
                                    s.discount, legal, terminal, root_legal, proof_max)

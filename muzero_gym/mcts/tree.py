@@ -115,10 +115,13 @@ def init_roots(nodes, values, children, prior, minmax, root_legal, root_value, r
 
 @njit(cache=True)
 def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, pb_c_base,
-                  pb_c_init, exploration_constant, known_min, known_max, min_span, start_node,
-                  out_parent, out_action, max_depth):
+                  pb_c_init, exploration_constant, known_min, known_max, min_span, depth_cap,
+                  start_node, out_parent, out_action, out_revisit, max_depth):
     """Walks row ``b`` from ``start_node[b]`` (the root, or the root child Gumbel picked) down
     to an unexpanded edge, choosing by the reference's ``ucb_score`` (ties: largest action).
+    With ``depth_cap`` > 0 the walk never goes below that depth: a walk that reaches an expanded
+    node at the cap stops there and ``out_revisit[b]`` names that node (-1 otherwise), whose
+    value :func:`expand_and_backup` then backs up once more instead of expanding anything.
     A move with a proven value scores with that value; with known bounds (``known_min <
     known_max``) a move proven to reach ``known_max`` is always taken and one proven to reach
     ``known_min`` only when nothing else is left.
@@ -133,10 +136,16 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
         lo = minmax[b, MIN]
         hi = minmax[b, MAX]
         scale = max(hi - lo, min_span)
+        out_revisit[b] = -1
         node = start_node[b]
         if node == -1:
             continue
         depth = 0 if node == 0 else 1
+        if depth_cap > 0 and depth >= depth_cap:  # Gumbel's root child, at a cap of 1
+            out_revisit[b] = node
+            out_parent[b] = 0
+            out_action[b] = nodes[b, node, ACTION]
+            continue
         while True:
             parent_visits = nodes[b, node, VISITS]
             pb_c = np.log((parent_visits + pb_c_base + 1.0) / pb_c_base) + pb_c_init
@@ -177,25 +186,34 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
                     best_action = a
             depth += 1
             child = children[b, node, best_action]
-            if child == -1:
+            if child == -1 or (depth_cap > 0 and depth >= depth_cap):
                 out_parent[b] = node
                 out_action[b] = best_action
-                max_depth[b] = max(max_depth[b], depth)
+                if child == -1:
+                    max_depth[b] = max(max_depth[b], depth)
+                else:
+                    out_revisit[b] = child
                 break
             node = child
 
 
 @njit(cache=True)
-def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, action, reward,
-                      value, logits, num_players, discount, legal, terminal, root_legal,
+def expand_and_backup(nodes, values, children, prior, minmax, new_node, parent, action, revisit,
+                      reward, value, logits, num_players, discount, legal, terminal, root_legal,
                       known_max):
     """Attaches node ``new_node`` under ``parent[b]`` via ``action[b]`` in every row, sets its
     reward and priors from the model's output (reward [B], value [B], logits [B, A]) and backs
     ``value`` up to the root. ``legal`` [B, A] holds the new nodes' legal actions (all True for
     a learned model); an illegal action gets the prior -1, which selection skips. ``terminal``
     [B] marks new nodes that are final states (all False unless the search proves values): they
-    are proven worth 0 and the proof is carried up (:func:`_prove_upwards`)."""
+    are proven worth 0 and the proof is carried up (:func:`_prove_upwards`). A row whose walk
+    stopped at the depth cap (``revisit[b]`` >= 0) attaches nothing: the model's output for it
+    is dropped and the revisited node's own value is backed up again."""
     for b in range(nodes.shape[0]):
+        if revisit[b] >= 0:
+            _backup(nodes, values, minmax, b, revisit[b], values[b, revisit[b], RAW_VALUE],
+                    discount)
+            continue
         p = parent[b]
         children[b, p, action[b]] = new_node
         nodes[b, new_node, PARENT] = p
