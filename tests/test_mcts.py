@@ -14,6 +14,7 @@ from muzero_gym.mcts import (
     SearchSettings,
     considered_visit_table,
     select_actions,
+    tree,
 )
 
 
@@ -258,8 +259,8 @@ def node_depths(search: BatchedMCTS, row: int, num_nodes: int) -> np.ndarray:
     depths = np.full(num_nodes, -1)
     depths[0] = 0
     for n in range(1, num_nodes):  # a parent is always expanded before its children
-        parent = nodes[n, 2]
-        if parent >= 0 and search._children[row, parent, nodes[n, 3]] == n:
+        parent = nodes[n, tree.PARENT]
+        if parent >= 0 and search._children[row, parent, nodes[n, tree.ACTION]] == n:
             depths[n] = depths[parent] + 1
     return depths
 
@@ -279,13 +280,14 @@ def test_max_depth_keeps_every_node_within_the_cap(root_selection, cap):
         assert depths.max() == cap
         assert (search._children[row][depths == cap] == -1).all()
         # Every simulation still counts: the root and its children carry all the visits.
-        assert search._nodes[row, 0, 0] == settings.num_simulations + 1
+        assert search._nodes[row, 0, tree.VISITS] == settings.num_simulations + 1
         assert result.visit_counts[row].sum() == settings.num_simulations
         # A node's visits are its own value plus those of the walks through it.
         attached = depths >= 0
         for n in np.flatnonzero(attached & (depths < cap)):
             kids = search._children[row, n]
-            assert search._nodes[row, n, 0] >= 1 + search._nodes[row, kids[kids >= 0], 0].sum()
+            assert (search._nodes[row, n, tree.VISITS]
+                    >= 1 + search._nodes[row, kids[kids >= 0], tree.VISITS].sum())
 
 
 def test_max_depth_one_backs_each_root_move_up_as_a_bandit():

@@ -141,12 +141,12 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
         if node == -1:
             continue
         depth = 0 if node == 0 else 1
-        if depth_cap > 0 and depth >= depth_cap:  # Gumbel's root child, at a cap of 1
-            out_revisit[b] = node
-            out_parent[b] = 0
-            out_action[b] = nodes[b, node, ACTION]
-            continue
         while True:
+            if depth_cap > 0 and depth >= depth_cap:  # an expanded node at the cap: revisit it
+                out_revisit[b] = node
+                out_parent[b] = nodes[b, node, PARENT]
+                out_action[b] = nodes[b, node, ACTION]
+                break
             parent_visits = nodes[b, node, VISITS]
             pb_c = np.log((parent_visits + pb_c_base + 1.0) / pb_c_base) + pb_c_init
             sqrt_parent = np.sqrt(parent_visits)
@@ -186,13 +186,10 @@ def select_leaves(nodes, values, children, prior, minmax, root_legal, discount, 
                     best_action = a
             depth += 1
             child = children[b, node, best_action]
-            if child == -1 or (depth_cap > 0 and depth >= depth_cap):
+            if child == -1:
                 out_parent[b] = node
                 out_action[b] = best_action
-                if child == -1:
-                    max_depth[b] = max(max_depth[b], depth)
-                else:
-                    out_revisit[b] = child
+                max_depth[b] = max(max_depth[b], depth)
                 break
             node = child
 
