@@ -305,6 +305,10 @@ class TrainConfig(_Section):
     num_unroll_steps: int = _field(
         5, "K: steps the dynamics function is unrolled; 0 trains representation and prediction "
         "only (AlphaZero, for search.simulator = true)", low=0)
+    unroll_loss_divisor: int = _field(
+        0, "each unrolled step's losses are divided by this (the reference divides by K); "
+        "with a K larger than it, the steps beyond it are added without weakening the first "
+        "ones; 0 = num_unroll_steps", low=0)
     batch_size: int = _field(256, "positions per learner step", low=1)
     optimizer: str = _field("sgd", "sgd (with momentum) or adam", choices=("sgd", "adam"))
     lr_init: float = _field(0.05, "initial learning rate", low=0.0, low_open=True)

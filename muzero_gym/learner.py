@@ -120,6 +120,7 @@ class Learner:
         policy_mask = self._tensor(batch.policy_mask, torch.float32)
         weights = self._tensor(batch.weights, torch.float32)
         num_unroll = actions.shape[1]
+        step_scale = 1.0 / (self.config.unroll_loss_divisor or num_unroll)
 
         value_support = scalar_to_support(target_value, net.value_support_size)
         reward_support = scalar_to_support(target_reward, net.reward_support_size)
@@ -154,7 +155,6 @@ class Learner:
             hidden = scale_gradient(hidden, 0.5)
             out = net.recurrent_inference(hidden, actions[:, k - 1])
             hidden = out.hidden
-            step_scale = 1.0 / num_unroll
             value_loss = value_loss + step_scale * value_mask[:, k] * _cross_entropy(
                 out.value_logits, value_support[:, k])
             reward_loss = reward_loss + step_scale * value_mask[:, k] * _cross_entropy(

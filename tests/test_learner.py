@@ -174,3 +174,28 @@ def test_the_root_policy_is_a_softmax_over_the_legal_moves():
     batch.legal_action_mask = np.tile([True, False], (64, 1))
     _, parts, _ = learner.compute_loss(batch)
     assert parts["policy"].item() == 0.0
+
+
+def test_unroll_loss_divisor_scales_each_unrolled_step():
+    """Each unrolled step's losses are divided by train.unroll_loss_divisor (0: by K, the
+    reference's 1/K); the root's losses are not."""
+    batch = filled_replay().sample(64, np.random.default_rng(0))  # K = 3
+
+    def parts(divisor, root_only=False):
+        b = batch
+        if root_only:
+            b = filled_replay().sample(64, np.random.default_rng(0))
+            b.value_mask[:, 1:] = False
+            b.policy_mask[:, 1:] = False
+        _, out, _ = make_learner(unroll_loss_divisor=divisor).compute_loss(b)
+        return np.array([out[k].item() for k in ("value", "reward", "policy")])
+
+    root = parts(1, root_only=True)
+    assert root[1] == 0.0  # no reward at the root
+    unrolled = parts(1) - root  # the sum of the unrolled steps' losses
+    assert unrolled.min() > 0.01
+    np.testing.assert_allclose(parts(0), parts(3), rtol=1e-6)
+    for divisor in (2, 3, 5):
+        np.testing.assert_allclose(parts(divisor) - root, unrolled / divisor, rtol=1e-4)
+    with pytest.raises(Exception, match="unroll_loss_divisor"):
+        TrainConfig(unroll_loss_divisor=-1)
