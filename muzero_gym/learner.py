@@ -120,7 +120,7 @@ class Learner:
         policy_mask = self._tensor(batch.policy_mask, torch.float32)
         weights = self._tensor(batch.weights, torch.float32)
         num_unroll = actions.shape[1]
-        step_scale = 1.0 / (self.config.unroll_loss_divisor or num_unroll)
+        step_scale = 1.0 / (self.config.unroll_loss_divisor or max(num_unroll, 1))  # K may be 0
 
         value_support = scalar_to_support(target_value, net.value_support_size)
         reward_support = scalar_to_support(target_reward, net.reward_support_size)
