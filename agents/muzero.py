@@ -63,6 +63,7 @@ from muzero_gym.workers import (
     build_model,
     inspect_env,
     new_game,
+    replay_unroll_depth,
 )
 
 CHECKPOINT_VERSION = 1
@@ -98,7 +99,7 @@ class MuZeroAgent:
         self.search = BatchedMCTS(SearchSettings.from_config(config), self.num_actions)
         self.acting_search = self._acting_search()
         self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
-                                   num_unroll_steps=train.num_unroll_steps,
+                                   num_unroll_steps=replay_unroll_depth(train),
                                    td_steps=train.td_steps, discount=train.discount,
                                    reward_clipping=train.reward_clipping,
                                    search_value_mix=train.search_value_mix,

@@ -309,6 +309,11 @@ class TrainConfig(_Section):
         0, "each unrolled step's losses are divided by this (the reference divides by K); "
         "with a K larger than it, the steps beyond it are added without weakening the first "
         "ones; 0 = num_unroll_steps", low=0)
+    early_num_unroll_steps: int = _field(
+        0, "K of the first early_unroll_learner_steps learner steps, num_unroll_steps after "
+        "(a dynamics trained shallow while the model is new, then deeper); 0 = none", low=0)
+    early_unroll_learner_steps: int = _field(
+        0, "learner steps that unroll early_num_unroll_steps", low=0)
     batch_size: int = _field(256, "positions per learner step", low=1)
     optimizer: str = _field("sgd", "sgd (with momentum) or adam", choices=("sgd", "adam"))
     lr_init: float = _field(0.05, "initial learning rate", low=0.0, low_open=True)

@@ -525,12 +525,18 @@ class ReplayBuffer:
         return weights / weights.sum()
 
     def sample(self, batch_size: int, rng: np.random.Generator,
-               with_bootstrap_inputs: bool = False, with_unrolled_inputs: bool = False) -> Batch:
+               with_bootstrap_inputs: bool = False, with_unrolled_inputs: bool = False,
+               num_unroll_steps: int | None = None) -> Batch:
         """A batch of ``batch_size`` positions with their K-step targets; optionally the inputs
-        of the bootstrap states and of the unrolled states (for reanalyse / target network)."""
+        of the bootstrap states and of the unrolled states (for reanalyse / target network).
+        K is ``num_unroll_steps`` when given (at most the buffer's), else the buffer's."""
         size = len(self)
         if size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
+        k = self.num_unroll_steps if num_unroll_steps is None else num_unroll_steps
+        if not 0 <= k <= self.num_unroll_steps:
+            raise ValueError(f"num_unroll_steps = {k}: this buffer keeps targets for 0 to "
+                             f"{self.num_unroll_steps} unroll steps")
         probs = self._probabilities()
         slots = rng.choice(self.capacity, size=batch_size, p=probs)
         # (N * P) ** -beta, divided by the batch's largest weight: normalising by the smallest
@@ -540,7 +546,6 @@ class ReplayBuffer:
         weights /= weights.max()
         game_ids = self._slot_game[slots]
         steps = self._slot_step[slots]
-        k = self.num_unroll_steps
         records = [self._records[int(g)] for g in game_ids]
         local = [int(p) - r.targets_base for r, p in zip(records, steps)]
         window = [slice(i, i + k + 1) for i in local]

@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from muzero_gym.config import Config, ConfigError
+from muzero_gym.config import Config, ConfigError, TrainConfig
 from muzero_gym.environment import make_env, make_vector_env
 from muzero_gym.game import Game, ObservationEncoder, stacked_shape
 from muzero_gym.learner import Learner, pin_batch
@@ -240,6 +240,21 @@ class SelfPlayWorker:
         return segments, [int(s) for s in selfplay.source_ids]
 
 
+def unroll_depth(train: TrainConfig, training_step: int) -> int:
+    """K of learner step ``training_step``: ``train.early_num_unroll_steps`` for the first
+    ``train.early_unroll_learner_steps`` steps (when set), ``train.num_unroll_steps`` after."""
+    if train.early_num_unroll_steps and training_step < train.early_unroll_learner_steps:
+        return train.early_num_unroll_steps
+    return train.num_unroll_steps
+
+
+def replay_unroll_depth(train: TrainConfig) -> int:
+    """The deepest K any learner step of ``train`` samples: the replay keeps targets for it."""
+    if train.early_num_unroll_steps and train.early_unroll_learner_steps:
+        return max(train.num_unroll_steps, train.early_num_unroll_steps)
+    return train.num_unroll_steps
+
+
 class LearnerWorker:
     """Learner steps on batches of the replay (see module doc)."""
 
@@ -266,14 +281,15 @@ class LearnerWorker:
     def train(self, num_steps: int) -> dict[str, list[float]]:
         """``num_steps`` learner steps; returns their metrics by TensorBoard tag."""
         metrics: dict[str, list[float]] = collections.defaultdict(list)
+        first = self.learner.training_step
         if self._sampler is None:
-            for _ in range(num_steps):
-                self._train_once(self._sample(), metrics)
+            for k in range(num_steps):
+                self._train_once(self._sample(first + k), metrics)
             return metrics
-        batch = self._sample(pinned=True)
+        batch = self._sample(first, pinned=True)
         for k in range(num_steps):
-            following = self._sampler.submit(self._sample, True) if k + 1 < num_steps \
-                else None
+            following = self._sampler.submit(self._sample, first + k + 1, True) \
+                if k + 1 < num_steps else None
             priorities = self._train_once(batch, metrics, update=False)
             if following is not None:
                 batch_next = following.result()  # sampled before these priorities land
@@ -282,13 +298,16 @@ class LearnerWorker:
                 batch = batch_next
         return metrics
 
-    def _sample(self, pinned: bool = False) -> Batch:
-        """A batch, augmented (and with ``pinned``, its arrays in pinned host memory)."""
+    def _sample(self, training_step: int, pinned: bool = False) -> Batch:
+        """The batch of learner step ``training_step`` (its unroll depth, see
+        :func:`unroll_depth`), augmented (and with ``pinned``, its arrays in pinned host
+        memory)."""
         train = self.config.train
         need_bootstrap = train.bootstrap_source == "target_network" or train.reanalyse_fraction > 0
         need_unrolled = train.consistency_loss_weight > 0 or (
             train.reanalyse_policy and train.reanalyse_fraction > 0)
         batch = self.replay.sample(train.batch_size, self.rng,
+                                   num_unroll_steps=unroll_depth(train, training_step),
                                    with_bootstrap_inputs=need_bootstrap,
                                    with_unrolled_inputs=need_unrolled)
         if self.symmetries:

@@ -147,7 +147,7 @@ def test_learner_worker_runs_are_reproducible_with_and_without_prefetch(prefetch
 
     runs = []
     for _ in range(2):
-        learner = make_learner(reanalyse_fraction=0.5)
+        learner = make_learner(reanalyse_fraction=0.5, num_unroll_steps=3)  # the replay's K
         replay = filled_replay()
         config = Config(train=learner.config)
         worker = LearnerWorker(config, learner, replay, np.random.default_rng(3), [], 2,
@@ -199,3 +199,36 @@ def test_unroll_loss_divisor_scales_each_unrolled_step():
         np.testing.assert_allclose(parts(divisor) - root, unrolled / divisor, rtol=1e-4)
     with pytest.raises(Exception, match="unroll_loss_divisor"):
         TrainConfig(unroll_loss_divisor=-1)
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_early_unroll_steps_unroll_shallower_first_then_the_full_k(prefetch):
+    """train.early_num_unroll_steps: the first early_unroll_learner_steps learner steps unroll
+    that many steps, the later ones num_unroll_steps (whether or not the next batch is sampled
+    ahead); a later call picks up where the schedule stands."""
+    from muzero_gym.config import Config
+    from muzero_gym.workers import LearnerWorker, replay_unroll_depth, unroll_depth
+
+    learner = make_learner(num_unroll_steps=3, early_num_unroll_steps=1,
+                           early_unroll_learner_steps=4)
+    train = learner.config
+    assert [unroll_depth(train, s) for s in range(6)] == [1, 1, 1, 1, 3, 3]
+    assert replay_unroll_depth(train) == 3
+    assert replay_unroll_depth(TrainConfig(num_unroll_steps=2, early_num_unroll_steps=6,
+                                           early_unroll_learner_steps=1)) == 6
+    assert replay_unroll_depth(TrainConfig(num_unroll_steps=2, early_num_unroll_steps=6)) == 2
+    assert unroll_depth(TrainConfig(num_unroll_steps=2, early_num_unroll_steps=6), 0) == 2
+    depths = []
+    train_step = learner.train_step
+
+    def recording_train_step(batch):
+        depths.append(batch.actions.shape[1])
+        assert batch.target_value.shape[1] == batch.actions.shape[1] + 1
+        return train_step(batch)
+
+    learner.train_step = recording_train_step
+    worker = LearnerWorker(Config(train=train), learner, filled_replay(),
+                           np.random.default_rng(3), [], 2, prefetch=prefetch)
+    worker.train(3)
+    worker.train(3)
+    assert depths == [1, 1, 1, 1, 3, 3]

@@ -189,3 +189,26 @@ def test_a_batch_carries_the_legal_moves_of_each_sampled_position():
     expected = np.arange(3)[None] != (positions % 3)[:, None]
     expected[positions == 0] = [True, True, False]
     np.testing.assert_array_equal(batch.legal_action_mask, expected)
+
+
+def test_a_shallower_sample_holds_the_first_steps_of_the_full_one():
+    """sample(num_unroll_steps=k) draws the same positions as the buffer's K and returns the
+    first k + 1 steps of their targets; a k beyond the buffer's K is an error."""
+    replay = buffer(capacity=20)
+    replay.add_game(make_game(6, value=0.5))
+    replay.add_game(make_game(4, value=-1.0, terminated=False))
+    full = replay.sample(32, np.random.default_rng(5), with_bootstrap_inputs=True,
+                         with_unrolled_inputs=True)
+    short = replay.sample(32, np.random.default_rng(5), with_bootstrap_inputs=True,
+                          with_unrolled_inputs=True, num_unroll_steps=1)
+    np.testing.assert_array_equal(short.slots, full.slots)
+    assert short.actions.shape == (32, 1) and short.target_value.shape == (32, 2)
+    real = full.actions[:, :1] >= 0
+    assert real.all()
+    for name in ("target_value", "target_reward", "target_policy", "value_mask",
+                 "policy_mask", "reward_sum", "bootstrap_scale"):
+        np.testing.assert_array_equal(getattr(short, name), getattr(full, name)[:, :2])
+    np.testing.assert_array_equal(short.unrolled.observations, full.unrolled.observations[:, :2])
+    np.testing.assert_array_equal(short.bootstrap.valid, full.bootstrap.valid[:, :2])
+    with pytest.raises(ValueError, match="num_unroll_steps = 3"):
+        replay.sample(4, np.random.default_rng(0), num_unroll_steps=3)
