@@ -394,6 +394,11 @@ class TrainConfig(_Section):
         "opening with the seats swapped), so that greedy play does not repeat one game", low=0)
 
     def _check(self) -> None:
+        if bool(self.early_num_unroll_steps) != bool(self.early_unroll_learner_steps):
+            raise ConfigError(
+                f"train.early_num_unroll_steps = {self.early_num_unroll_steps} with "
+                f"train.early_unroll_learner_steps = {self.early_unroll_learner_steps}: set both "
+                "(the early K and how many learner steps use it) or neither")
         if (self.bootstrap_source == "target_network" and self.reanalyse_fraction > 0
                 and not self.reanalyse_policy):
             raise ConfigError(

@@ -242,17 +242,16 @@ class SelfPlayWorker:
 
 def unroll_depth(train: TrainConfig, training_step: int) -> int:
     """K of learner step ``training_step``: ``train.early_num_unroll_steps`` for the first
-    ``train.early_unroll_learner_steps`` steps (when set), ``train.num_unroll_steps`` after."""
-    if train.early_num_unroll_steps and training_step < train.early_unroll_learner_steps:
+    ``train.early_unroll_learner_steps`` steps (none unless both are set: the config checks),
+    ``train.num_unroll_steps`` after."""
+    if training_step < train.early_unroll_learner_steps:
         return train.early_num_unroll_steps
     return train.num_unroll_steps
 
 
 def replay_unroll_depth(train: TrainConfig) -> int:
     """The deepest K any learner step of ``train`` samples: the replay keeps targets for it."""
-    if train.early_num_unroll_steps and train.early_unroll_learner_steps:
-        return max(train.num_unroll_steps, train.early_num_unroll_steps)
-    return train.num_unroll_steps
+    return max(train.num_unroll_steps, train.early_num_unroll_steps)
 
 
 class LearnerWorker:

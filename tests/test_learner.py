@@ -7,7 +7,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from muzero_gym.config import ModelConfig, ReplayConfig, TrainConfig
+from muzero_gym.config import ConfigError, ModelConfig, ReplayConfig, TrainConfig
 from muzero_gym.game import Game, ObservationEncoder
 from muzero_gym.learner import Learner, learning_rate
 from muzero_gym.networks import build_network
@@ -216,8 +216,11 @@ def test_early_unroll_steps_unroll_shallower_first_then_the_full_k(prefetch):
     assert replay_unroll_depth(train) == 3
     assert replay_unroll_depth(TrainConfig(num_unroll_steps=2, early_num_unroll_steps=6,
                                            early_unroll_learner_steps=1)) == 6
-    assert replay_unroll_depth(TrainConfig(num_unroll_steps=2, early_num_unroll_steps=6)) == 2
-    assert unroll_depth(TrainConfig(num_unroll_steps=2, early_num_unroll_steps=6), 0) == 2
+    assert replay_unroll_depth(TrainConfig(num_unroll_steps=2)) == 2
+    assert unroll_depth(TrainConfig(num_unroll_steps=2), 0) == 2
+    for half in ({"early_num_unroll_steps": 6}, {"early_unroll_learner_steps": 10}):
+        with pytest.raises(ConfigError, match="set both"):
+            TrainConfig(**half)
     depths = []
     train_step = learner.train_step
 
