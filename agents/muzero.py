@@ -113,6 +113,7 @@ class MuZeroAgent:
                                               self.rng)
         self.env_steps = 0
         self.episodes = 0
+        self.replay_left_out = False  # loaded for play only (``load(include_replay=False)``)
         self._train_credit = 0.0
         self._last_sync_step = 0
         self._logger: RunLogger | None = None
@@ -212,6 +213,7 @@ class MuZeroAgent:
         (``ray``, :mod:`muzero_gym.ray_driver`)."""
         if total_env_steps < 1:
             raise ValueError(f"total_env_steps = {total_env_steps}: must be >= 1")
+        self._check_replay_loaded("train")
         locked_here = self._run_lock is not None and not self._run_lock.held
         self.lock_run_dir()
         try:
@@ -591,7 +593,18 @@ class MuZeroAgent:
 
     # ---- saving ----------------------------------------------------------------------------
 
+    def _check_replay_loaded(self, doing: str) -> None:
+        if self.replay_left_out:
+            raise CheckpointError(f"cannot {doing}: this agent was loaded without its replay "
+                                  "(MuZeroAgent.load(..., include_replay=False)); load the "
+                                  "checkpoint with its replay")
+
     def state_dict(self, include_replay: bool = True) -> dict[str, Any]:
+        """Everything a checkpoint holds; with ``include_replay`` also the replay and the games
+        in progress (refused for an agent loaded without them, whose empty replay would
+        stand in for the saved one)."""
+        if include_replay:
+            self._check_replay_loaded("save a replay")
         state: dict[str, Any] = {
             "agent_version": CHECKPOINT_VERSION,
             "config": self.config.to_dict(), "preset": self.config.preset,
@@ -637,16 +650,20 @@ class MuZeroAgent:
     @classmethod
     def load(cls, path: str | Path, run_dir: str | Path | None = None,
              expect_env_id: str | None = None, trust_env_module: bool = False,
-             overrides: Iterable[str] = ()) -> MuZeroAgent:
+             overrides: Iterable[str] = (), include_replay: bool = True) -> MuZeroAgent:
         """Rebuilds an agent from a checkpoint file or run folder; the env must still have the
         same spaces. ``expect_env_id`` turns a checkpoint of another env into an error.
         ``overrides`` may change how the run executes (``train.backend`` and the other
         :data:`~muzero_gym.config.EXECUTION_KEYS`), nothing it learns.
 
+        ``include_replay=False`` loads what playing and evaluating need and leaves the replay
+        and the games in progress on disk (never read, so a checkpoint of gigabytes loads in
+        the memory of its network); such an agent refuses to ``learn`` or to save a replay.
+
         A checkpoint never imports code by itself: one whose env id names a module
         (``module:EnvId``, which Gymnasium imports to make the env) is refused unless the
         caller names the same id as ``expect_env_id`` or passes ``trust_env_module=True``."""
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, leave_out=() if include_replay else ("replay", "selfplay"))
         if state.get("agent_version") != CHECKPOINT_VERSION:
             raise CheckpointError(f"{path} was not written by this version of MuZeroAgent")
         if expect_env_id is not None and state["env_id"] != expect_env_id:
@@ -669,6 +686,7 @@ class MuZeroAgent:
                 f"{tuple(state['input_shape'])}; env {config.env.id!r} now has "
                 f"{agent.num_actions} actions and inputs of shape {agent.input_shape}")
         agent.load_state_dict(state)
+        agent.replay_left_out = not include_replay
         if run_dir is not None and resolve_checkpoint_path(path) == Path(run_dir) / \
                 CHECKPOINT_NAME:
             agent.saved_env_steps = agent.env_steps

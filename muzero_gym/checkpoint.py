@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -108,15 +109,34 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Reads a checkpoint written by :func:`save_checkpoint` (``weights_only=True``)."""
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu",
+                    leave_out: Collection[str] = ()) -> dict[str, Any]:
+    """Reads a checkpoint written by :func:`save_checkpoint` (``weights_only=True``).
+
+    The top-level entries named in ``leave_out`` are never read from disk: the file is mapped
+    into memory, those entries dropped, and the rest copied out of the mapping, so loading
+    a model without its replay of gigabytes takes the memory of the model."""
     path = resolve_checkpoint_path(path)
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True,
+                           mmap=bool(leave_out))
     except Exception as e:  # torch raises many types for a damaged or foreign file
         raise CheckpointError(f"{path} is not a readable muzero_gym checkpoint "
                               f"({type(e).__name__})") from None
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not a muzero_gym checkpoint of format "
                               f"{FORMAT_VERSION}")
+    if leave_out:
+        state = _copied({k: v for k, v in state.items() if k not in leave_out})
     return state
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor in it copied (out of a file mapping)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return value

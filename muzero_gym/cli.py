@@ -186,7 +186,7 @@ def _load_acting_agent(args: argparse.Namespace):
 
     _positive("--simulations", args.simulations)
     agent = MuZeroAgent.load(args.checkpoint, expect_env_id=args.env,
-                             trust_env_module=args.trust_env_module)
+                             trust_env_module=args.trust_env_module, include_replay=False)
     if args.simulations is not None:
         agent.set_eval_simulations(args.simulations)
     return agent

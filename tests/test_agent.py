@@ -70,6 +70,32 @@ def test_save_load_gives_identical_actions(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_an_agent_loaded_without_its_replay_plays_alike_and_refuses_to_train(tmp_path):
+    agent = tiny_agent(tmp_path)
+    agent.learn(80, progress=False)
+    path = tmp_path / "run" / "checkpoint.pt"
+    whole = MuZeroAgent.load(path)
+    light = MuZeroAgent.load(path, include_replay=False)
+    assert len(whole.replay) > 0 and len(light.replay) == 0
+    assert light.env_steps == whole.env_steps and light.training_steps == whole.training_steps
+    observations = np.random.default_rng(1).normal(size=(10, 4)).astype(np.float32)
+    assert [light.predict(o) for o in observations] == [whole.predict(o) for o in observations]
+    for a, b in zip(whole.network.parameters(), light.network.parameters()):
+        assert torch.equal(a, b)
+    before = path.read_bytes()
+    with pytest.raises(CheckpointError, match="without its replay"):
+        light.learn(200, progress=False)
+    with pytest.raises(CheckpointError, match="without its replay"):
+        light.save(path)
+    assert path.read_bytes() == before  # the saved replay is not written over
+    weights_only = light.save(tmp_path / "weights.pt", include_replay=False)
+    assert "replay" not in load_checkpoint(weights_only)
+    # leave_out drops the named entries and nothing else
+    state, lean = load_checkpoint(path), load_checkpoint(path, leave_out=("replay", "selfplay"))
+    assert "replay" in state and set(lean) == set(state) - {"replay", "selfplay"}
+    assert torch.equal(lean["rng"]["torch"], state["rng"]["torch"])
+
+
 def test_resume_continues_counters_and_replay(tmp_path):
     agent = tiny_agent(tmp_path)
     agent.learn(80, progress=False)
