@@ -11,8 +11,8 @@ the previous checkpoint intact, and a failed write (a full disk, a read-only fol
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
