@@ -253,8 +253,9 @@ class _Record:
                                  replay.discount), state_values, replay.search_value_mix)
         self.values = targets.n_step_values(parts, state_values)
         k = replay.num_unroll_steps
-        self.unroll = targets.unroll_targets(self.values, rewards,
-                                             self.policies.view[:length], self.terminated, 0,
+        # Policy targets are read from the held rows when sampled, not copied here: a copy
+        # would hold [T, A] more per game (float64), and be redone for each segment.
+        self.unroll = targets.unroll_targets(self.values, rewards, None, self.terminated, 0,
                                              length + k)
         self.reward_sum = np.concatenate([parts.reward_sum, np.zeros(k)])
         self.bootstrap_scale = np.concatenate([parts.bootstrap_scale, np.zeros(k)])
@@ -293,7 +294,7 @@ class _Record:
     @property
     def nbytes(self) -> int:
         arrays = [self.values, self.reward_sum, self.bootstrap_scale, self.bootstrap_index,
-                  self.padded_actions, *(self.unroll or ())]
+                  self.padded_actions, *(a for a in self.unroll or () if a is not None)]
         return (sum(rows.nbytes for rows in self._all_rows()) + self.slots.nbytes
                 + sum(a.nbytes for a in arrays))
 
@@ -553,14 +554,22 @@ class ReplayBuffer:
         actions = np.stack([r.padded_actions[i:i + k] for r, i in zip(records, local)])
         past_end = actions < 0
         actions[past_end] = rng.integers(0, self.num_actions, size=int(past_end.sum()))
+        policy_mask = np.stack([t.policy_mask[w] for t, w in zip(unroll, window)])
+        # The searched positions of a window are a prefix of it: row b's policy targets are
+        # its game's next n_b search policies, in the mask's row-major order.
+        searched = policy_mask.sum(axis=1)
+        target_policy = np.zeros((batch_size, k + 1, self.num_actions), dtype=np.float32)
+        target_policy[policy_mask] = np.concatenate([
+            r.policies.view[int(s) - r.base:int(s) - r.base + int(n)]
+            for r, s, n in zip(records, steps, searched)])
         batch = Batch(
             observations=self._images(records, steps),
             actions=actions,
             target_value=np.stack([t.value[w] for t, w in zip(unroll, window)]),
             target_reward=np.stack([t.reward[w] for t, w in zip(unroll, window)]),
-            target_policy=np.stack([t.policy[w] for t, w in zip(unroll, window)]),
+            target_policy=target_policy,
             value_mask=np.stack([t.value_mask[w] for t, w in zip(unroll, window)]),
-            policy_mask=np.stack([t.policy_mask[w] for t, w in zip(unroll, window)]),
+            policy_mask=policy_mask,
             weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
             ages=self.clock - self._slot_clock[slots],
             reward_sum=np.stack([r.reward_sum[w] for r, w in zip(records, window)]),

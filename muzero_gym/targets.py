@@ -47,7 +47,7 @@ class UnrollTargets(NamedTuple):
 
     value: np.ndarray  # [K + 1]
     reward: np.ndarray  # [K + 1]; entry 0 is the reward before ``index`` (unused by the loss)
-    policy: np.ndarray  # [K + 1, A]
+    policy: np.ndarray | None  # [K + 1, A]; None where the caller reads policies itself
     value_mask: np.ndarray  # [K + 1] bool: value and reward targets are known
     policy_mask: np.ndarray  # [K + 1] bool: a search happened at that position
 
@@ -106,15 +106,16 @@ def n_step_values(parts: NStepParts, state_values: np.ndarray) -> np.ndarray:
     return parts.reward_sum + parts.bootstrap_scale * boot
 
 
-def unroll_targets(values: np.ndarray, rewards: np.ndarray, search_policies: np.ndarray,
+def unroll_targets(values: np.ndarray, rewards: np.ndarray, search_policies: np.ndarray | None,
                    terminated: bool, index: int, num_unroll_steps: int) -> UnrollTargets:
     """Targets of positions ``index .. index + K`` given the episode's value targets [T + 1].
 
     Reward targets follow the reference's ``last_reward``: position p learns the reward of the
-    action that led to it (``rewards[p - 1]``), 0 at p = 0 and past a termination.
+    action that led to it (``rewards[p - 1]``), 0 at p = 0 and past a termination. Policy
+    targets are the search policies where ``policy_mask`` holds, zeros elsewhere; with
+    ``search_policies=None`` they are left out (``policy`` None).
     """
     num_steps = rewards.shape[0]
-    num_actions = search_policies.shape[1]
     positions = index + np.arange(num_unroll_steps + 1)
     in_episode = positions <= num_steps
     value = np.where(in_episode, values[np.minimum(positions, num_steps)], 0.0)
@@ -122,8 +123,10 @@ def unroll_targets(values: np.ndarray, rewards: np.ndarray, search_policies: np.
     reward = np.where(has_reward, np.asarray(rewards, dtype=np.float64)[
         np.clip(positions - 1, 0, max(num_steps - 1, 0))] if num_steps else 0.0, 0.0)
     searched = positions < num_steps
-    policy = np.zeros((num_unroll_steps + 1, num_actions))
-    policy[searched] = search_policies[positions[searched]]
+    policy = None
+    if search_policies is not None:
+        policy = np.zeros((num_unroll_steps + 1, search_policies.shape[1]))
+        policy[searched] = search_policies[positions[searched]]
     value_mask = in_episode | terminated
     return UnrollTargets(value, reward, policy, value_mask, searched)
 

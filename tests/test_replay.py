@@ -212,3 +212,35 @@ def test_a_shallower_sample_holds_the_first_steps_of_the_full_one():
     np.testing.assert_array_equal(short.bootstrap.valid, full.bootstrap.valid[:, :2])
     with pytest.raises(ValueError, match="num_unroll_steps = 3"):
         replay.sample(4, np.random.default_rng(0), num_unroll_steps=3)
+
+
+def test_sampled_policy_targets_are_the_games_own_also_after_its_front_was_evicted():
+    """Policy targets are read from the game's held positions when sampled: they equal
+    ``Game.make_target``'s for each sampled position, before and after evictions drop the
+    game's first positions (zeros past the last search)."""
+    rng = np.random.default_rng(0)
+    game = Game(3, ENCODER)
+    game.start(np.array([0.0, 0.0]))
+    for i in range(6):  # a different policy at each position
+        game.store_search_statistics(0.0, rng.dirichlet(np.ones(3)))
+        game.record_step(i % 3, 1.0, np.array([i + 1.0, 0.0]), i == 5, False)
+    replay = buffer(capacity=10)
+    replay.add_game(game)
+
+    def assert_game_targets(expected_positions):
+        batch = replay.sample(64, np.random.default_rng(1))
+        positions = batch.observations[:, 0].astype(int)
+        assert set(positions[positions < 100].tolist()) == expected_positions
+        for row, position in enumerate(positions):
+            if position >= 100:  # the other game's
+                continue
+            target = game.make_target(int(position), 2, 2, 1.0)
+            np.testing.assert_array_equal(batch.target_policy[row], target.policy)
+            np.testing.assert_array_equal(batch.policy_mask[row], target.policy_mask)
+
+    assert_game_targets(set(range(6)))
+    replay.add_game(make_game(7, start=100))  # takes the slots of positions 0, 1 and 2
+    assert replay.games()[0].base > 0
+    held = set(replay._slot_step[replay._slot_game == 0].tolist())
+    assert held == {3, 4, 5}
+    assert_game_targets(held)
