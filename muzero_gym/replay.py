@@ -40,7 +40,7 @@ from muzero_gym.config import ReplayConfig
 from muzero_gym.game import Game, ObservationEncoder, stack_observations, stacked_shape
 from muzero_gym.segment import Segment, cut_segment
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3  # 3: policies stored sparse, legal masks as bits; 2 and 1 still load
 
 
 @dataclass
@@ -682,12 +682,12 @@ class ReplayBuffer:
             "final_value": np.asarray(final, dtype=np.float64),
             "slots": joined("slots", np.int64),
             "observations": (np.concatenate(observations) if observations else np.zeros(0)),
-            "legal_masks": joined("legal", np.bool_, (self.num_actions,)),
+            "legal_bits": np.packbits(joined("legal", np.bool_, (self.num_actions,)), axis=-1),
             "to_play": joined("to_play", np.int64),
             "actions": joined("actions", np.int64),
             "rewards": joined("rewards", np.float64),
             "root_values": joined("root_values", np.float64),
-            "child_visits": joined("policies", np.float32, (self.num_actions,)),
+            **_sparse_policies([r.policies.view for r in records]),
         }
 
     def load_state_dict(self, state: dict[str, Any], *, encoder: ObservationEncoder,
@@ -702,8 +702,16 @@ class ReplayBuffer:
         self.num_stacked_observations = num_stacked_observations
         self.stack_actions = stack_actions
         self.num_players = num_players
-        if int(state.get("format", 1)) == 1:
+        version = int(state.get("format", 1))
+        if version == 1:
             state = _whole_games_as_records(state)
+        if version >= 3:
+            legal = np.unpackbits(np.asarray(state["legal_bits"]), axis=-1,
+                                  count=self.num_actions).astype(np.bool_)
+            policies = _DensePolicies(state, self.num_actions)
+        else:
+            legal = np.asarray(state["legal_masks"])
+            policies = np.asarray(state["child_visits"])
         self._records.clear()
         self._running.clear()
         held_positions = np.asarray(state["num_held_positions"])
@@ -718,12 +726,12 @@ class ReplayBuffer:
             p0, s0, q0 = p1 - int(held_positions[n]), s1 - int(held_states[n]), \
                 q1 - int(num_slots[n])
             record.observations.extend(np.asarray(state["observations"])[s0:s1])
-            record.legal.extend(np.asarray(state["legal_masks"])[s0:s1])
+            record.legal.extend(legal[s0:s1])
             record.to_play.extend(np.asarray(state["to_play"])[s0:s1])
             record.actions.extend(np.asarray(state["actions"])[p0:p1])
             record.rewards.extend(np.asarray(state["rewards"])[p0:p1])
             record.root_values.extend(np.asarray(state["root_values"])[p0:p1])
-            record.policies.extend(np.asarray(state["child_visits"])[p0:p1])
+            record.policies.extend(policies[p0:p1])
             record.slots.extend(np.asarray(state["slots"])[q0:q1])
             record.closed = bool(state["closed"][n])
             record.terminated = bool(state["terminated"][n])
@@ -765,6 +773,45 @@ class ReplayBuffer:
         state = torch.load(path, weights_only=True)
         self.load_state_dict({k: v.numpy() if isinstance(v, torch.Tensor) else v
                               for k, v in state.items()}, **game_settings)
+
+
+def _sparse_policies(parts: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Policy rows [N, A] as their nonzero entries: per row the count, then the actions and
+    values of all rows in order (a search policy has one entry per visited or legal move,
+    a few dozen of a board game's thousands of actions)."""
+    counts, actions, values = [], [], []
+    for policies in parts:
+        rows, cols = np.nonzero(policies)
+        counts.append(np.bincount(rows, minlength=len(policies)))
+        actions.append(cols)
+        values.append(policies[rows, cols])
+
+    def joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
+
+    return {"policy_counts": joined(counts, np.int32), "policy_actions": joined(actions, np.int32),
+            "policy_values": joined(values, np.float32)}
+
+
+class _DensePolicies:
+    """Rows ``[lo:hi]`` of a state's sparse policies (:func:`_sparse_policies`) as dense
+    [hi - lo, A] arrays, one slice at a time (the whole dense array is never built)."""
+
+    def __init__(self, state: dict[str, Any], num_actions: int):
+        self.counts = np.asarray(state["policy_counts"], dtype=np.int64)
+        self.ends = np.cumsum(self.counts)
+        self.actions = np.asarray(state["policy_actions"], dtype=np.int64)
+        self.values = np.asarray(state["policy_values"], dtype=np.float32)
+        self.num_actions = num_actions
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        lo, hi, _ = rows.indices(len(self.counts))
+        first = int(self.ends[lo - 1]) if lo > 0 else 0
+        last = int(self.ends[hi - 1]) if hi > lo else first
+        dense = np.zeros((hi - lo, self.num_actions), dtype=np.float32)
+        dense[np.repeat(np.arange(hi - lo), self.counts[lo:hi]),
+              self.actions[first:last]] = self.values[first:last]
+        return dense
 
 
 def _whole_games_as_records(state: dict[str, Any]) -> dict[str, Any]:

@@ -244,3 +244,41 @@ def test_sampled_policy_targets_are_the_games_own_also_after_its_front_was_evict
     held = set(replay._slot_step[replay._slot_game == 0].tolist())
     assert held == {3, 4, 5}
     assert_game_targets(held)
+
+
+def test_a_saved_buffer_keeps_only_the_policies_nonzero_entries_and_loads_the_older_format():
+    rng = np.random.default_rng(2)
+    game = Game(3, ENCODER)
+    game.start(np.array([0.0, 0.0]), {"action_mask": [True, True, False]})
+    for i in range(5):  # one or two visited moves per position, some rows with a zero
+        policy = np.zeros(3)
+        policy[rng.choice(2, size=1 + i % 2, replace=False)] = 1.0 / (1 + i % 2)
+        game.store_search_statistics(0.0, policy)
+        game.record_step(0, 0.0, np.array([i + 1.0, 0.0]), i == 4, False,
+                         {"action_mask": np.arange(3) != i % 3})
+    replay = buffer(capacity=20)
+    replay.add_game(game)
+    replay.add_game(make_game(4, start=10))
+    state = replay.state_dict()
+    assert state["policy_values"].shape == (sum(1 + i % 2 for i in range(5)) + 4 * 3,)
+    assert state["legal_bits"].dtype == np.uint8 and state["legal_bits"].shape[1] == 1
+    restored = buffer(capacity=20)
+    restored.load_state_dict(state, encoder=ENCODER)
+    # the same buffer as saved by the previous format: dense policies and masks
+    older = {k: v for k, v in state.items() if not k.startswith(("policy_", "legal_bits"))}
+    older["format"] = 2
+    older["legal_masks"] = np.concatenate([g.legal_masks for g in replay.games()])
+    older["child_visits"] = np.concatenate([np.asarray(g.child_visits, np.float32)
+                                            for g in replay.games()])
+    from_older = buffer(capacity=20)
+    from_older.load_state_dict(older, encoder=ENCODER)
+    expected = replay.sample(64, np.random.default_rng(4))
+    for other in (restored, from_older):
+        batch = other.sample(64, np.random.default_rng(4))
+        for name in ("observations", "target_policy", "policy_mask", "legal_action_mask",
+                     "target_value"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name),
+                                          err_msg=name)
+        for a, b in zip(other.games(), replay.games()):
+            np.testing.assert_array_equal(a.child_visits, b.child_visits)
+            np.testing.assert_array_equal(a.legal_masks, b.legal_masks)
