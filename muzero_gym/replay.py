@@ -133,6 +133,80 @@ class _Rows:
         return self.data.nbytes
 
 
+class _PolicyRows:
+    """Search policies [n, A] as their nonzero entries: per row the actions (``A`` pads) and
+    values of up to ``width`` entries, the widest row of the game so far. A search policy has
+    one entry per visited (or, with Gumbel targets, legal) move: a few dozen of a board game's
+    thousands of actions. Appends and removal as :class:`_Rows`."""
+
+    __slots__ = ("actions", "values", "num_actions")
+
+    def __init__(self, num_actions: int):
+        self.num_actions = num_actions
+        self.actions = _Rows((0,), np.int32)
+        self.values = _Rows((0,), np.float32)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @property
+    def width(self) -> int:
+        return self.actions.data.shape[1]
+
+    def extend(self, policies: np.ndarray) -> None:
+        rows, cols = np.nonzero(policies)
+        counts = np.bincount(rows, minlength=len(policies))
+        width = max(self.width, int(counts.max(initial=0)))
+        if width > self.width:
+            self._widen(width)
+        slot = np.arange(len(cols)) - np.repeat(np.cumsum(counts) - counts, counts)
+        actions = np.full((len(policies), width), self.num_actions, dtype=np.int32)
+        values = np.zeros((len(policies), width), dtype=np.float32)
+        actions[rows, slot] = cols
+        values[rows, slot] = policies[rows, cols]
+        self.actions.extend(actions)
+        self.values.extend(values)
+
+    def _widen(self, width: int) -> None:
+        held = len(self)
+        actions, values = _Rows((width,), np.int32), _Rows((width,), np.float32)
+        pad = width - self.width
+        actions.extend(np.pad(self.actions.view, ((0, 0), (0, pad)),
+                              constant_values=self.num_actions) if held else
+                       np.zeros((0, width), np.int32))
+        values.extend(np.pad(self.values.view, ((0, 0), (0, pad))) if held else
+                      np.zeros((0, width), np.float32))
+        self.actions, self.values = actions, values
+
+    def dense(self, lo: int, hi: int) -> np.ndarray:
+        """Rows ``lo .. hi - 1`` (held-row indices) as [hi - lo, A] float32."""
+        out = np.zeros((hi - lo, self.num_actions + 1), dtype=np.float32)
+        np.put_along_axis(out, self.actions.view[lo:hi].astype(np.int64),
+                          self.values.view[lo:hi], axis=1)
+        return out[:, :self.num_actions]
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(entries per row [n], actions, values): the held rows' entries in order."""
+        kept = self.actions.view < self.num_actions
+        return kept.sum(axis=1), self.actions.view[kept], self.values.view[kept]
+
+    def drop_front(self, count: int) -> None:
+        self.actions.drop_front(count)
+        self.values.drop_front(count)
+
+    def drop_back(self, count: int) -> None:
+        self.actions.drop_back(count)
+        self.values.drop_back(count)
+
+    def shrink(self) -> None:
+        self.actions.shrink()
+        self.values.shrink()
+
+    @property
+    def nbytes(self) -> int:
+        return self.actions.nbytes + self.values.nbytes
+
+
 class _Record:
     """One game in the buffer (see module doc). Positions and states share indices: position
     i was played in state i. The held rows start at state/position ``base``; targets are kept
@@ -147,12 +221,12 @@ class _Record:
         self.replay = replay
         self.base = base
         self.observations = _Rows(encoder.shape, encoder.dtype)
-        self.legal = _Rows((num_actions,), np.bool_)
+        self.legal = _Rows(((num_actions + 7) // 8,), np.uint8)  # np.packbits of the masks
         self.to_play = _Rows((), np.int64)
         self.actions = _Rows((), np.int64)
         self.rewards = _Rows((), np.float64)
         self.root_values = _Rows((), np.float64)
-        self.policies = _Rows((num_actions,), np.float32)
+        self.policies = _PolicyRows(num_actions)
         self.closed = self.terminated = self.truncated = False
         self.final_value: float | None = None
         self.first_slot = first_slot  # position of slots.view[0]
@@ -196,7 +270,7 @@ class _Record:
                              f"{segment.start}, but the replay holds up to "
                              f"{self.num_positions - 1}")
         self.observations.extend(segment.observations[skip:])
-        self.legal.extend(segment.legal_masks[skip:])
+        self.legal.extend(np.packbits(segment.legal_masks[skip:], axis=-1))
         self.to_play.extend(segment.to_play[skip:])
         self.actions.extend(segment.actions[skip:])
         self.rewards.extend(segment.rewards[skip:])
@@ -205,7 +279,8 @@ class _Record:
         final = segment.final
         if final is not None:
             self.observations.extend(np.asarray(final.observation)[None])
-            self.legal.extend(np.asarray(final.legal_mask, dtype=np.bool_)[None])
+            self.legal.extend(np.packbits(np.asarray(final.legal_mask, dtype=np.bool_)[None],
+                                          axis=-1))
             self.to_play.extend(np.asarray([final.to_play], dtype=np.int64))
             self.closed, self.terminated = True, bool(final.terminated)
             self.truncated = bool(final.truncated) and not self.terminated
@@ -287,6 +362,10 @@ class _Record:
                                   replay.encoder, replay.num_stacked_observations,
                                   replay.stack_actions, replay.num_actions)
 
+    def legal_masks(self, states: np.ndarray) -> np.ndarray:
+        """Legal-move masks [n, A] of ``states`` [n] (absolute indices)."""
+        return _unpack_masks(self.legal.view[states - self.base], self.replay.num_actions)
+
     def initial_priorities(self, positions: np.ndarray) -> np.ndarray:
         local = positions - self.targets_base
         return np.abs(self.root_values.view[positions - self.base] - self.values[local])
@@ -305,12 +384,12 @@ class _Record:
                     replay.stack_actions, replay.num_players)
         game.base = self.base
         game.observations = list(self.observations.view.copy())
-        game.legal_masks = list(self.legal.view.copy())
+        game.legal_masks = list(self.legal_masks(np.arange(self.base, self.base + len(self.legal))))
         game.to_play_history = self.to_play.view.tolist()
         game.actions = self.actions.view.tolist()
         game.rewards = self.rewards.view.tolist()
         game.root_values = self.root_values.view.tolist()
-        game.child_visits = list(self.policies.view.copy())
+        game.child_visits = list(self.policies.dense(0, len(self.policies)))
         game.terminated, game.truncated = self.terminated, self.truncated
         game.final_value = self.final_value
         return game
@@ -560,7 +639,7 @@ class ReplayBuffer:
         searched = policy_mask.sum(axis=1)
         target_policy = np.zeros((batch_size, k + 1, self.num_actions), dtype=np.float32)
         target_policy[policy_mask] = np.concatenate([
-            r.policies.view[int(s) - r.base:int(s) - r.base + int(n)]
+            r.policies.dense(int(s) - r.base, int(s) - r.base + int(n))
             for r, s, n in zip(records, steps, searched)])
         batch = Batch(
             observations=self._images(records, steps),
@@ -574,8 +653,9 @@ class ReplayBuffer:
             ages=self.clock - self._slot_clock[slots],
             reward_sum=np.stack([r.reward_sum[w] for r, w in zip(records, window)]),
             bootstrap_scale=np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)]),
-            legal_action_mask=np.stack([r.legal.view[int(s) - r.base]
-                                        for r, s in zip(records, steps)]))
+            legal_action_mask=_unpack_masks(
+                np.stack([r.legal.view[int(s) - r.base] for r, s in zip(records, steps)]),
+                self.num_actions))
         if with_bootstrap_inputs:
             boot = np.stack([r.bootstrap_index[w] for r, w in zip(records, window)])
             batch.bootstrap = self._search_inputs(records, boot, boot >= 0)
@@ -610,7 +690,7 @@ class ReplayBuffer:
             record, cols = records[b], np.flatnonzero(valid[b])
             states = index[b, cols]
             observations[b, cols] = record.images(states)
-            legal[b, cols] = record.legal.view[states - record.base]
+            legal[b, cols] = record.legal_masks(states)
             to_play[b, cols] = record.to_play.view[states - record.base]
         legal[~legal.any(axis=-1)] = True  # final states may have no legal action
         return SearchInputs(observations, legal, to_play, valid.astype(np.bool_))
@@ -682,12 +762,12 @@ class ReplayBuffer:
             "final_value": np.asarray(final, dtype=np.float64),
             "slots": joined("slots", np.int64),
             "observations": (np.concatenate(observations) if observations else np.zeros(0)),
-            "legal_bits": np.packbits(joined("legal", np.bool_, (self.num_actions,)), axis=-1),
+            "legal_bits": joined("legal", np.uint8, ((self.num_actions + 7) // 8,)),
             "to_play": joined("to_play", np.int64),
             "actions": joined("actions", np.int64),
             "rewards": joined("rewards", np.float64),
             "root_values": joined("root_values", np.float64),
-            **_sparse_policies([r.policies.view for r in records]),
+            **_sparse_policies([r.policies for r in records]),
         }
 
     def load_state_dict(self, state: dict[str, Any], *, encoder: ObservationEncoder,
@@ -706,11 +786,10 @@ class ReplayBuffer:
         if version == 1:
             state = _whole_games_as_records(state)
         if version >= 3:
-            legal = np.unpackbits(np.asarray(state["legal_bits"]), axis=-1,
-                                  count=self.num_actions).astype(np.bool_)
+            legal = np.asarray(state["legal_bits"])
             policies = _DensePolicies(state, self.num_actions)
         else:
-            legal = np.asarray(state["legal_masks"])
+            legal = np.packbits(np.asarray(state["legal_masks"], dtype=np.bool_), axis=-1)
             policies = np.asarray(state["child_visits"])
         self._records.clear()
         self._running.clear()
@@ -775,22 +854,22 @@ class ReplayBuffer:
                               for k, v in state.items()}, **game_settings)
 
 
-def _sparse_policies(parts: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Policy rows [N, A] as their nonzero entries: per row the count, then the actions and
-    values of all rows in order (a search policy has one entry per visited or legal move,
-    a few dozen of a board game's thousands of actions)."""
-    counts, actions, values = [], [], []
-    for policies in parts:
-        rows, cols = np.nonzero(policies)
-        counts.append(np.bincount(rows, minlength=len(policies)))
-        actions.append(cols)
-        values.append(policies[rows, cols])
+def _unpack_masks(bits: np.ndarray, num_actions: int) -> np.ndarray:
+    """Boolean masks [..., A] from their ``np.packbits`` rows [..., ceil(A / 8)]."""
+    return np.unpackbits(bits, axis=-1, count=num_actions).astype(np.bool_)
 
-    def joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
-        return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
 
-    return {"policy_counts": joined(counts, np.int32), "policy_actions": joined(actions, np.int32),
-            "policy_values": joined(values, np.float32)}
+def _sparse_policies(parts: list[_PolicyRows]) -> dict[str, np.ndarray]:
+    """The games' policies as one list of nonzero entries: per row the count, then the
+    actions and values of all rows in order."""
+    entries = [p.entries() for p in parts]
+
+    def joined(i: int, dtype: Any) -> np.ndarray:
+        return (np.concatenate([e[i] for e in entries]).astype(dtype) if entries
+                else np.zeros(0, dtype))
+
+    return {"policy_counts": joined(0, np.int32), "policy_actions": joined(1, np.int32),
+            "policy_values": joined(2, np.float32)}
 
 
 class _DensePolicies:
