@@ -7,7 +7,9 @@ position that has its targets is one *sample slot*; slots sit in a ring of ``cap
 order their positions arrived, and a new slot evicts the position that held it (always the
 oldest held position of its game, so a game loses its positions from the front). A record keeps
 the observations its held positions need (their frame stacks) and no more, each frame once; a
-finished record with no positions left is dropped.
+finished record with no positions left is dropped. Search policies are held as their nonzero
+entries and legal masks as bits (a board game's thousands of actions cost a few dozen entries);
+policy targets are read from them when a batch is sampled.
 
 Targets of a running game: a game that has received positions ``0 .. P - 1`` is, for its
 targets, a game truncated after ``P - 1`` actions whose final state is position ``P - 1``: the
@@ -168,14 +170,11 @@ class _PolicyRows:
         self.values.extend(values)
 
     def _widen(self, width: int) -> None:
-        held = len(self)
+        """Room for ``width`` entries a row: the held rows are padded on the right."""
+        pad = ((0, 0), (0, width - self.width))
         actions, values = _Rows((width,), np.int32), _Rows((width,), np.float32)
-        pad = width - self.width
-        actions.extend(np.pad(self.actions.view, ((0, 0), (0, pad)),
-                              constant_values=self.num_actions) if held else
-                       np.zeros((0, width), np.int32))
-        values.extend(np.pad(self.values.view, ((0, 0), (0, pad))) if held else
-                      np.zeros((0, width), np.float32))
+        actions.extend(np.pad(self.actions.view, pad, constant_values=self.num_actions))
+        values.extend(np.pad(self.values.view, pad))
         self.actions, self.values = actions, values
 
     def dense(self, lo: int, hi: int) -> np.ndarray:
