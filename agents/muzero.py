@@ -100,7 +100,8 @@ class MuZeroAgent:
         self.acting_search = self._acting_search()
         self.replay = ReplayBuffer(config.replay, num_actions=self.num_actions,
                                    num_unroll_steps=replay_unroll_depth(train),
-                                   td_steps=train.td_steps, discount=train.discount,
+                                   td_steps=train.td_steps, td_steps_age=train.td_steps_age,
+                                   discount=train.discount,
                                    reward_clipping=train.reward_clipping,
                                    search_value_mix=train.search_value_mix,
                                    encoder=self.encoder,

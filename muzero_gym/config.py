@@ -298,6 +298,11 @@ class TrainConfig(_Section):
     discount: float = _field(0.997, "discount of rewards and bootstrap values",
                              low=0.0, high=1.0)
     td_steps: int = _field(10, "n of the n-step value target", low=1)
+    td_steps_age: int = _field(
+        0, "EfficientZero's off-policy correction: a sampled position's n shrinks by one for "
+        "every td_steps_age learner steps since it arrived in the replay (down to 1), so old "
+        "data's returns, played by older policies, weigh less against the bootstrap value; "
+        "0 = every sample uses td_steps", low=0)
     search_value_mix: float = _field(
         0.0, "w: value target = (1 - w) * n-step target + w * the position's own search value "
         "(the 'Q + Z' averaging of AlphaZero re-implementations); 0 = the reference's target",

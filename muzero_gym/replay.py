@@ -71,6 +71,7 @@ class Batch:
     slots: np.ndarray  # [B] ring slots, for update_priorities
     game_ids: np.ndarray  # [B] ids of the sampled games, for update_priorities
     ages: np.ndarray  # [B] learner steps since each sampled position arrived
+    td_horizons: np.ndarray  # [B] n of each sample's value targets (td_steps unless corrected)
     reward_sum: np.ndarray  # [B, K + 1] fixed part of the value targets (rewards, own value)
     bootstrap_scale: np.ndarray  # [B, K + 1] factor of the bootstrap value (0 = none)
     # [B, A] bool, the legal moves at the sampled positions (the root policy's softmax is
@@ -315,11 +316,7 @@ class _Record:
         rewards = np.asarray(rewards, dtype=np.float64)
         to_play = self.to_play.view[:length + 1]
         if self.closed:
-            final = 0.0
-            if self.truncated:
-                final = self.final_value if self.final_value is not None else (
-                    float(self.root_values.view[-1]) if len(self.root_values) else 0.0)
-            state_values = np.append(self.root_values.view, final)
+            state_values = np.append(self.root_values.view, self.final_state_value())
         else:
             state_values = self.root_values.view.astype(np.float64)
         parts = targets.mix_own_values(
@@ -365,6 +362,38 @@ class _Record:
         """Legal-move masks [n, A] of ``states`` [n] (absolute indices)."""
         return _unpack_masks(self.legal.view[states - self.base], self.replay.num_actions)
 
+    def target_window(self, position: int, length: int) -> tuple[np.ndarray, np.ndarray,
+                                                                  np.ndarray, int]:
+        """What the value targets of the states from ``position`` on read, over ``length``
+        actions: rewards [length], players to move [length + 1] and state values [length + 1]
+        (those ``compute_targets`` uses; zeros past the game's final state), and the actions
+        the targets see from ``position`` to that final state."""
+        left = self.target_length - position
+        lo = position - self.base
+        rewards = np.zeros(length)
+        take = max(min(length, left), 0)
+        rewards[:take] = self.rewards.view[lo:lo + take]
+        if self.replay.reward_clipping:
+            rewards = np.sign(rewards)
+        states = max(min(length, left) + 1, 0)
+        to_play = np.zeros(length + 1, dtype=np.int64)
+        to_play[:states] = self.to_play.view[lo:lo + states]
+        values = np.zeros(length + 1)
+        held = min(states, len(self.root_values) - lo)
+        values[:held] = self.root_values.view[lo:lo + held]
+        if self.closed and held < states:  # the final state of a finished game
+            values[held] = self.final_state_value()
+        return rewards, to_play, values, left
+
+    def final_state_value(self) -> float:
+        """The value the targets give a finished game's final state: 0 after a termination,
+        the bootstrap value after a truncation."""
+        if not self.truncated:
+            return 0.0
+        if self.final_value is not None:
+            return self.final_value
+        return float(self.root_values.view[-1]) if len(self.root_values) else 0.0
+
     def initial_priorities(self, positions: np.ndarray) -> np.ndarray:
         local = positions - self.targets_base
         return np.abs(self.root_values.view[positions - self.base] - self.values[local])
@@ -401,7 +430,8 @@ class ReplayBuffer:
     the observations (they default to what the first stored game says)."""
 
     def __init__(self, config: ReplayConfig, *, num_actions: int, num_unroll_steps: int,
-                 td_steps: int, discount: float, reward_clipping: bool = False,
+                 td_steps: int, discount: float, td_steps_age: int = 0,
+                 reward_clipping: bool = False,
                  search_value_mix: float = 0.0, encoder: ObservationEncoder | None = None,
                  num_stacked_observations: int = 1, stack_actions: bool = False,
                  num_players: int = 1):
@@ -411,6 +441,7 @@ class ReplayBuffer:
         self.num_actions = num_actions
         self.num_unroll_steps = num_unroll_steps
         self.td_steps = td_steps
+        self.td_steps_age = td_steps_age
         self.discount = discount
         self.encoder = encoder
         self.num_stacked_observations = num_stacked_observations
@@ -640,29 +671,57 @@ class ReplayBuffer:
         target_policy[policy_mask] = np.concatenate([
             r.policies.dense(int(s) - r.base, int(s) - r.base + int(n))
             for r, s, n in zip(records, steps, searched)])
+        ages = self.clock - self._slot_clock[slots]
+        horizons = np.full(batch_size, self.td_steps, dtype=np.int64)
+        if self.td_steps_age:
+            horizons = np.clip(self.td_steps - ages // self.td_steps_age, 1, self.td_steps)
+            target_value, reward_sum, bootstrap_scale, bootstrap_index = self._corrected_targets(
+                records, steps, horizons, k)
+        else:
+            target_value = np.stack([t.value[w] for t, w in zip(unroll, window)])
+            reward_sum = np.stack([r.reward_sum[w] for r, w in zip(records, window)])
+            bootstrap_scale = np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)])
+            bootstrap_index = None
         batch = Batch(
             observations=self._images(records, steps),
             actions=actions,
-            target_value=np.stack([t.value[w] for t, w in zip(unroll, window)]),
+            target_value=target_value,
             target_reward=np.stack([t.reward[w] for t, w in zip(unroll, window)]),
             target_policy=target_policy,
             value_mask=np.stack([t.value_mask[w] for t, w in zip(unroll, window)]),
             policy_mask=policy_mask,
             weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
-            ages=self.clock - self._slot_clock[slots],
-            reward_sum=np.stack([r.reward_sum[w] for r, w in zip(records, window)]),
-            bootstrap_scale=np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)]),
+            ages=ages, td_horizons=horizons, reward_sum=reward_sum,
+            bootstrap_scale=bootstrap_scale,
             legal_action_mask=_unpack_masks(
                 np.stack([r.legal.view[int(s) - r.base] for r, s in zip(records, steps)]),
                 self.num_actions))
         if with_bootstrap_inputs:
-            boot = np.stack([r.bootstrap_index[w] for r, w in zip(records, window)])
+            boot = bootstrap_index if bootstrap_index is not None else np.stack(
+                [r.bootstrap_index[w] for r, w in zip(records, window)])
             batch.bootstrap = self._search_inputs(records, boot, boot >= 0)
         if with_unrolled_inputs:
             index = steps[:, None] + np.arange(k + 1)
             last = np.array([r.last_state for r in records])[:, None]
             batch.unrolled = self._search_inputs(records, index, index <= last)
         return batch
+
+    def _corrected_targets(self, records: list[_Record], steps: np.ndarray,
+                           horizons: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        """Value targets [B, K + 1] of the samples at ``steps`` with n-step horizons
+        ``horizons`` [B] (the off-policy correction), their fixed parts and bootstrap scales,
+        and the states they bootstrap from (absolute; -1 = none)."""
+        length = k + int(horizons.max())
+        windows = [r.target_window(int(s), length) for r, s in zip(records, steps)]
+        rewards, to_play, values = (np.stack([w[i] for w in windows]) for i in range(3))
+        parts = targets.n_step_window_parts(
+            rewards, to_play, values, np.array([w[3] for w in windows]),
+            np.array([r.terminated for r in records]), horizons, k + 1, self.discount,
+            self.search_value_mix)
+        boot = np.maximum(parts.bootstrap_index, 0)
+        value = parts.reward_sum + parts.bootstrap_scale * np.take_along_axis(values, boot, 1)
+        absolute = np.where(parts.bootstrap_index >= 0, parts.bootstrap_index + steps[:, None], -1)
+        return value, parts.reward_sum, parts.bootstrap_scale, absolute
 
     def _images(self, records: list[_Record], states: np.ndarray) -> np.ndarray:
         """Model inputs of ``states[b]`` of ``records[b]``, one stacking call per game."""

@@ -80,6 +80,61 @@ def n_step_parts(rewards: np.ndarray, to_play: np.ndarray, terminated: bool, td_
     return NStepParts(reward_sum, bootstrap_index.astype(np.int64), scale)
 
 
+def n_step_window_parts(rewards: np.ndarray, to_play: np.ndarray, state_values: np.ndarray,
+                        actions_left: np.ndarray, terminated: np.ndarray, horizons: np.ndarray,
+                        num_states: int, discount: float,
+                        search_value_mix: float = 0.0) -> NStepParts:
+    """Parts [B, num_states] of the value targets of the first ``num_states`` states of B windows
+    of games, window b with its own horizon ``horizons[b]`` (1 <= it).
+
+    Window b starts at some state s of its game: ``rewards[b, m]``, ``to_play[b, m]`` and
+    ``state_values[b, m]`` are those of state s + m, the game has ``actions_left[b]`` actions from
+    s on (its final state, in the targets' sense, is m = ``actions_left[b]``) and ended by a
+    termination where ``terminated[b]``. Entries past the final state are ignored; ``rewards``
+    needs ``num_states - 1 + max(horizons)`` columns, the others one more. The result equals
+    :func:`n_step_parts` (then :func:`mix_own_values`) with ``td_steps = horizons[b]`` at those
+    states, bit for bit; ``bootstrap_index`` counts from the window's start, and states past
+    the final one get no target (0, -1, 0), as the replay pads them.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    horizons = np.asarray(horizons, dtype=np.int64)
+    actions_left = np.asarray(actions_left, dtype=np.int64)[:, None]
+    if horizons.size and horizons.min() < 1:
+        raise ValueError(f"horizons must be >= 1, got {int(horizons.min())}")
+    states = np.arange(num_states)[None, :]  # [1, S]
+    width = rewards.shape[1]
+    own_player = to_play[:, :num_states]
+    reward_sum = np.zeros((rewards.shape[0], num_states))
+    for k in range(int(horizons.max(initial=0))):
+        later = np.minimum(states + k, width - 1)
+        valid = (k < horizons[:, None]) & (states + k < actions_left)
+        sign = np.where(np.take_along_axis(to_play, later, axis=1) == own_player, 1.0, -1.0)
+        term = discount ** k * sign * np.take_along_axis(rewards, later, axis=1)
+        reward_sum += np.where(valid, term, 0.0)
+    ahead = states + horizons[:, None]
+    inside = ahead < actions_left
+    bootstrap_index = np.where(inside, ahead,
+                               np.where(np.asarray(terminated)[:, None], -1, actions_left))
+    past_end = states > actions_left
+    bootstrap_index = np.where(past_end, -1, bootstrap_index)
+    # The powers as n_step_parts takes them (a Python power per horizon, numpy's for the
+    # distance to a truncation), so that the targets agree bit for bit.
+    powers = np.array([discount ** h for h in range(int(horizons.max(initial=0)) + 1)])
+    scale = np.where(inside, powers[horizons][:, None],
+                     discount ** np.maximum(actions_left - states, 0))
+    boot_player = np.take_along_axis(to_play, np.maximum(bootstrap_index, 0), axis=1)
+    sign = np.where(boot_player == own_player, 1.0, -1.0)
+    scale = np.where(bootstrap_index >= 0, scale * sign, 0.0)
+    if search_value_mix:
+        mixed = mix_own_values(NStepParts(reward_sum, bootstrap_index, scale),
+                               np.asarray(state_values, dtype=np.float64)[:, :num_states],
+                               search_value_mix)
+        reward_sum, scale = mixed.reward_sum, mixed.bootstrap_scale
+    reward_sum = np.where(past_end, 0.0, reward_sum)
+    scale = np.where(past_end, 0.0, scale)
+    return NStepParts(reward_sum, bootstrap_index.astype(np.int64), scale)
+
+
 def mix_own_values(parts: NStepParts, state_values: np.ndarray, weight: float) -> NStepParts:
     """Parts of ``(1 - weight) * n-step target + weight * state_values[j]`` for every state j.
 

@@ -323,6 +323,8 @@ class LearnerWorker:
         step = self.learner.train_step(batch)
         priorities = step.pop("priorities")
         metrics["replay/sample_age"].append(float(np.mean(batch.ages)))
+        if train.td_steps_age:
+            metrics["replay/td_horizon"].append(float(np.mean(batch.td_horizons)))
         metrics["replay/effective_batch_size"].append(batch.effective_size)
         metrics["diagnostics/value_error"].append(float(np.mean(priorities)))
         if update:

@@ -48,9 +48,11 @@ def random_game(length: int, encoder=VECTOR, players=1, terminated=True, final_v
 
 
 def buffer(game: Game, td: int, k: int, capacity: int = 1000, mix: float = 0.0,
-           clipping: bool = False) -> ReplayBuffer:
-    return ReplayBuffer(ReplayConfig(capacity=capacity), num_actions=game.num_actions,
-                        num_unroll_steps=k, td_steps=td, discount=0.9, reward_clipping=clipping,
+           clipping: bool = False, td_age: int = 0, prioritized: bool = True) -> ReplayBuffer:
+    return ReplayBuffer(ReplayConfig(capacity=capacity, prioritized=prioritized),
+                        num_actions=game.num_actions,
+                        num_unroll_steps=k, td_steps=td, td_steps_age=td_age, discount=0.9,
+                        reward_clipping=clipping,
                         search_value_mix=mix, encoder=game.encoder,
                         num_stacked_observations=game.num_stacked_observations,
                         stack_actions=game.stack_actions, num_players=game.num_players)
@@ -123,6 +125,43 @@ def test_a_game_sent_in_segments_has_exactly_the_targets_of_the_whole_game(playe
             pieces = buffer(game, td, k, mix=0.25)
             send_in_segments(pieces, game, cuts)
             assert_same_records(pieces, whole)
+
+
+@pytest.mark.parametrize("players", [1, 2])
+@pytest.mark.parametrize("ending", range(3))
+def test_older_samples_train_on_exactly_the_targets_of_a_shorter_horizon(players, ending):
+    """EfficientZero's off-policy correction (``td_steps_age``): a position that arrived
+    ``age`` learner steps ago gets the value targets, bootstrap states included, that the
+    same game has with ``td_steps - age // td_steps_age`` (at least 1), whether the game is
+    finished or still running, sent whole or in segments."""
+    game = random_game(9, players=players, seed=40 + players * 10 + ending, **ENDINGS[ending])
+    td, k, every = 4, 3, 10
+
+    def batch(replay):
+        return replay.sample(64, np.random.default_rng(3), with_bootstrap_inputs=True,
+                             with_unrolled_inputs=True)
+
+    for clock, horizon in [(0, 4), (9, 4), (10, 3), (25, 2), (30, 1), (500, 1)]:
+        for running in (False, True):
+            # uniform sampling: the first priorities depend on the horizon
+            corrected = buffer(game, td, k, mix=0.25, clipping=players == 1, td_age=every,
+                               prioritized=False)
+            plain = buffer(game, horizon, k, mix=0.25, clipping=players == 1, prioritized=False)
+            if running:  # positions 0 .. 5 received, the game goes on
+                for replay in (corrected, plain):
+                    replay.add_segment(cut_segment(_prefix(game, 6, False), 1, 0, 1))
+            else:
+                send_in_segments(corrected, game, [3, 6])
+                plain.add_game(game)
+            corrected.clock = plain.clock = clock
+            a, b = batch(corrected), batch(plain)
+            np.testing.assert_array_equal(a.td_horizons, horizon)
+            np.testing.assert_array_equal(a.slots, b.slots)
+            for name in ("target_value", "reward_sum", "bootstrap_scale", "target_reward",
+                         "value_mask"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+            for x, y in zip(a.bootstrap.__dict__.values(), b.bootstrap.__dict__.values()):
+                np.testing.assert_array_equal(x, y)
 
 
 def test_stacked_images_and_clipped_rewards_in_segments_equal_the_whole_game():

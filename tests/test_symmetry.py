@@ -60,7 +60,7 @@ def _batch(num_samples: int, num_unroll: int = 1) -> Batch:
         game_ids=np.zeros(num_samples, dtype=np.int64),
         reward_sum=np.zeros((num_samples, num_unroll + 1)),
         bootstrap_scale=np.zeros((num_samples, num_unroll + 1)),
-        ages=np.zeros(num_samples, dtype=np.int64),
+        ages=np.zeros(num_samples, dtype=np.int64), td_horizons=np.full(num_samples, 10),
         legal_action_mask=rng.random((num_samples, 3)) < 0.5)
 
 

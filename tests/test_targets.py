@@ -167,6 +167,49 @@ def test_agrees_with_reference_make_target_on_terminated_episodes(seed):
     np.testing.assert_array_equal(mine.policy_mask, [r[3] for r in ref])
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_windows_with_their_own_horizons_equal_the_whole_games_parts(seed):
+    """n_step_window_parts of windows cut anywhere in a game, each with its own n, are
+    bit for bit n_step_parts (and mix_own_values) of the whole game with that n."""
+    rng = np.random.default_rng(seed)
+    length = int(rng.integers(1, 20))
+    players = 1 + seed % 2
+    to_play = np.arange(length + 1) % 2 if players == 2 else np.zeros(length + 1, dtype=int)
+    rewards = rng.normal(size=length) if players == 1 else rng.integers(-1, 2, length) * 1.0
+    state_values = rng.normal(size=length + 1)
+    terminated = bool(seed % 3 == 0)
+    discount = float(rng.choice([1.0, 0.997, 0.9]))
+    mix = 0.3 if seed % 4 == 1 else 0.0
+    num_states = 4
+    starts = np.arange(length + 1)
+    horizons = rng.integers(1, 9, size=starts.size)
+    width = num_states - 1 + int(horizons.max())
+    window_rewards = np.zeros((starts.size, width))
+    window_players = np.zeros((starts.size, width + 1), dtype=int)
+    window_values = np.zeros((starts.size, width + 1))
+    for b, start in enumerate(starts):
+        end = min(length, start + width)
+        window_rewards[b, :end - start] = rewards[start:end]
+        window_players[b, :end + 1 - start] = to_play[start:end + 1]
+        window_values[b, :end + 1 - start] = state_values[start:end + 1]
+    parts = targets.n_step_window_parts(
+        window_rewards, window_players, window_values, length - starts,
+        np.full(starts.size, terminated), horizons, num_states, discount, mix)
+    for b, start in enumerate(starts):
+        whole = targets.mix_own_values(targets.n_step_parts(
+            rewards, to_play, terminated, int(horizons[b]), discount), state_values, mix)
+        for q in range(num_states):
+            state = start + q
+            if state > length:  # past the final state: no target
+                assert (parts.reward_sum[b, q], parts.bootstrap_index[b, q],
+                        parts.bootstrap_scale[b, q]) == (0.0, -1, 0.0)
+                continue
+            assert parts.reward_sum[b, q] == whole.reward_sum[state]
+            assert parts.bootstrap_scale[b, q] == whole.bootstrap_scale[state]
+            index = whole.bootstrap_index[state]
+            assert parts.bootstrap_index[b, q] == (index - start if index >= 0 else -1)
+
+
 def test_bad_inputs_are_rejected():
     with pytest.raises(ValueError, match="to_play"):
         targets.n_step_parts(np.ones(3), np.zeros(3), True, 2, 1.0)
