@@ -39,7 +39,7 @@ import numpy as np
 
 from muzero_gym import targets
 from muzero_gym.config import ReplayConfig
-from muzero_gym.game import Game, ObservationEncoder, stack_observations, stacked_shape
+from muzero_gym.game import Game, ObservationEncoder, stack_observations
 from muzero_gym.segment import Segment, cut_segment
 
 STATE_FORMAT = 3  # 3: policies stored sparse, legal masks as bits; 2 and 1 still load
@@ -54,6 +54,11 @@ class SearchInputs:
     legal_action_mask: np.ndarray  # [B, K + 1, A] bool
     to_play: np.ndarray  # [B, K + 1] int
     valid: np.ndarray  # [B, K + 1] bool
+
+    def columns(self, start: int, stop: int) -> SearchInputs:
+        """The inputs of positions ``start .. stop - 1`` of every row."""
+        return SearchInputs(*(np.ascontiguousarray(a[:, start:stop]) for a in (
+            self.observations, self.legal_action_mask, self.to_play, self.valid)))
 
 
 @dataclass
@@ -682,8 +687,22 @@ class ReplayBuffer:
             reward_sum = np.stack([r.reward_sum[w] for r, w in zip(records, window)])
             bootstrap_scale = np.stack([r.bootstrap_scale[w] for r, w in zip(records, window)])
             bootstrap_index = None
+        # Every state the batch reads (the sampled one, then the unrolled and the bootstrap
+        # states asked for), gathered with one call per game.
+        columns, valid = [steps[:, None]], [np.ones((batch_size, 1), dtype=np.bool_)]
+        if with_unrolled_inputs:
+            index = steps[:, None] + np.arange(k + 1)
+            columns.append(index)
+            valid.append(index <= np.array([r.last_state for r in records])[:, None])
+        if with_bootstrap_inputs:
+            boot = bootstrap_index if bootstrap_index is not None else np.stack(
+                [r.bootstrap_index[w] for r, w in zip(records, window)])
+            columns.append(boot)
+            valid.append(boot >= 0)
+        inputs = self._search_inputs(records, np.concatenate(columns, axis=1),
+                                     np.concatenate(valid, axis=1))
         batch = Batch(
-            observations=self._images(records, steps),
+            observations=np.ascontiguousarray(inputs.observations[:, 0]),
             actions=actions,
             target_value=target_value,
             target_reward=np.stack([t.reward[w] for t, w in zip(unroll, window)]),
@@ -693,17 +712,13 @@ class ReplayBuffer:
             weights=weights.astype(np.float32), slots=slots, game_ids=game_ids,
             ages=ages, td_horizons=horizons, reward_sum=reward_sum,
             bootstrap_scale=bootstrap_scale,
-            legal_action_mask=_unpack_masks(
-                np.stack([r.legal.view[int(s) - r.base] for r, s in zip(records, steps)]),
-                self.num_actions))
-        if with_bootstrap_inputs:
-            boot = bootstrap_index if bootstrap_index is not None else np.stack(
-                [r.bootstrap_index[w] for r, w in zip(records, window)])
-            batch.bootstrap = self._search_inputs(records, boot, boot >= 0)
+            legal_action_mask=np.ascontiguousarray(inputs.legal_action_mask[:, 0]))
+        first = 1
         if with_unrolled_inputs:
-            index = steps[:, None] + np.arange(k + 1)
-            last = np.array([r.last_state for r in records])[:, None]
-            batch.unrolled = self._search_inputs(records, index, index <= last)
+            batch.unrolled = inputs.columns(first, first + k + 1)
+            first += k + 1
+        if with_bootstrap_inputs:
+            batch.bootstrap = inputs.columns(first, first + k + 1)
         return batch
 
     def _corrected_targets(self, records: list[_Record], steps: np.ndarray,
@@ -723,33 +738,33 @@ class ReplayBuffer:
         absolute = np.where(parts.bootstrap_index >= 0, parts.bootstrap_index + steps[:, None], -1)
         return value, parts.reward_sum, parts.bootstrap_scale, absolute
 
-    def _images(self, records: list[_Record], states: np.ndarray) -> np.ndarray:
-        """Model inputs of ``states[b]`` of ``records[b]``, one stacking call per game."""
-        out = None
+    def _search_inputs(self, records: list[_Record], index: np.ndarray,
+                       valid: np.ndarray) -> SearchInputs:
+        """Inputs of state ``index[b, m]`` of game ``records[b]`` where ``valid`` (zeros, every
+        action legal and player 0 elsewhere), with one call per game; ``index[:, 0]`` must be
+        valid."""
+        safe = np.where(valid, index, index[:, :1])
+        count = index.shape[1]
         by_record: dict[int, list[int]] = {}
         for b, record in enumerate(records):
             by_record.setdefault(record.record_id, []).append(b)
-        for rows in by_record.values():
-            images = records[rows[0]].images(states[rows])
-            if out is None:
-                out = np.empty((len(records), *images.shape[1:]), dtype=images.dtype)
-            out[rows] = images
-        return out
-
-    def _search_inputs(self, records: list[_Record], index: np.ndarray,
-                       valid: np.ndarray) -> SearchInputs:
-        """Inputs of state ``index[b, k]`` of game ``records[b]`` where ``valid``."""
-        shape = stacked_shape(self.encoder, self.num_stacked_observations, self.stack_actions,
-                              self.num_actions)
-        observations = np.zeros((*index.shape, *shape), dtype=self.encoder.input_dtype)
-        legal = np.ones((*index.shape, self.num_actions), dtype=np.bool_)
+        observations = legal = None
         to_play = np.zeros(index.shape, dtype=np.int64)
-        for b in np.flatnonzero(valid.any(axis=1)).tolist():
-            record, cols = records[b], np.flatnonzero(valid[b])
-            states = index[b, cols]
-            observations[b, cols] = record.images(states)
-            legal[b, cols] = record.legal_masks(states)
-            to_play[b, cols] = record.to_play.view[states - record.base]
+        for rows in by_record.values():
+            record = records[rows[0]]
+            states = safe[rows].reshape(-1)
+            images = record.images(states)
+            masks = record.legal_masks(states)
+            if observations is None:
+                observations = np.empty((*index.shape, *images.shape[1:]), dtype=images.dtype)
+                legal = np.empty((*index.shape, self.num_actions), dtype=np.bool_)
+            observations[rows] = images.reshape(len(rows), count, *images.shape[1:])
+            legal[rows] = masks.reshape(len(rows), count, -1)
+            to_play[rows] = record.to_play.view[states - record.base].reshape(len(rows), count)
+        outside = ~valid
+        observations[outside] = 0
+        legal[outside] = True
+        to_play[outside] = 0
         legal[~legal.any(axis=-1)] = True  # final states may have no legal action
         return SearchInputs(observations, legal, to_play, valid.astype(np.bool_))
 
