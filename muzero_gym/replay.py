@@ -185,10 +185,7 @@ class _PolicyRows:
 
     def dense(self, lo: int, hi: int) -> np.ndarray:
         """Rows ``lo .. hi - 1`` (held-row indices) as [hi - lo, A] float32."""
-        out = np.zeros((hi - lo, self.num_actions + 1), dtype=np.float32)
-        np.put_along_axis(out, self.actions.view[lo:hi].astype(np.int64),
-                          self.values.view[lo:hi], axis=1)
-        return out[:, :self.num_actions]
+        return _dense_policies([self], [(lo, hi)], self.num_actions)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(entries per row [n], actions, values): the held rows' entries in order."""
@@ -210,6 +207,25 @@ class _PolicyRows:
     @property
     def nbytes(self) -> int:
         return self.actions.nbytes + self.values.nbytes
+
+
+def _dense_policies(policies: list[_PolicyRows], spans: list[tuple[int, int]],
+                    num_actions: int) -> np.ndarray:
+    """Rows ``lo .. hi - 1`` of each of ``policies`` (with its span), one after another, as
+    [sum of the spans, A] float32: one scatter for all of them."""
+    total = sum(hi - lo for lo, hi in spans)
+    width = max((p.width for p in policies), default=0)
+    actions = np.full((total, width), num_actions, dtype=np.int64)
+    values = np.zeros((total, width), dtype=np.float32)
+    at = 0
+    for rows, (lo, hi) in zip(policies, spans):
+        count, own = hi - lo, rows.width
+        actions[at:at + count, :own] = rows.actions.view[lo:hi]
+        values[at:at + count, :own] = rows.values.view[lo:hi]
+        at += count
+    out = np.zeros((total, num_actions + 1), dtype=np.float32)
+    np.put_along_axis(out, actions, values, axis=1)
+    return out[:, :num_actions]
 
 
 class _Record:
@@ -673,9 +689,11 @@ class ReplayBuffer:
         # its game's next n_b search policies, in the mask's row-major order.
         searched = policy_mask.sum(axis=1)
         target_policy = np.zeros((batch_size, k + 1, self.num_actions), dtype=np.float32)
-        target_policy[policy_mask] = np.concatenate([
-            r.policies.dense(int(s) - r.base, int(s) - r.base + int(n))
-            for r, s, n in zip(records, steps, searched)])
+        target_policy[policy_mask] = _dense_policies(
+            [r.policies for r in records],
+            [(int(s) - r.base, int(s) - r.base + int(n)) for r, s, n in zip(records, steps,
+                                                                           searched)],
+            self.num_actions)
         ages = self.clock - self._slot_clock[slots]
         horizons = np.full(batch_size, self.td_steps, dtype=np.int64)
         if self.td_steps_age:
