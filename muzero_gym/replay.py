@@ -23,7 +23,10 @@ Sampling picks slots with probability ``priority ** alpha / sum`` (or uniformly)
 importance weights ``(N * P) ** -beta`` normalised by the largest weight in the batch, so they lie
 in (0, 1]. A position's first priority is ``|search value - n-step value target|`` (MuZero
 Reanalyze, Appendix G); :meth:`ReplayBuffer.update_priorities` replaces it after each learner
-step. The whole buffer, running games and priorities included, round-trips through
+step. With ``td_steps_age`` (EfficientZero's off-policy correction) a sample's value targets
+are computed when it is sampled, with n shortened by its age in learner steps
+(:func:`muzero_gym.targets.n_step_window_parts`). The whole buffer, running games and priorities
+included, round-trips through
 :meth:`ReplayBuffer.state_dict` / :meth:`ReplayBuffer.load_state_dict` and
 :meth:`ReplayBuffer.save` / :meth:`ReplayBuffer.load`.
 """
