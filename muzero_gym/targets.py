@@ -63,24 +63,16 @@ def n_step_parts(rewards: np.ndarray, to_play: np.ndarray, terminated: bool, td_
                          "(one per state, the final state included)")
     if td_steps < 1:
         raise ValueError(f"td_steps = {td_steps}: must be >= 1")
-    states = np.arange(num_steps + 1)
-    reward_sum = np.zeros(num_steps + 1)
-    for k in range(min(td_steps, num_steps)):
-        later = states + k
-        valid = later < num_steps
-        j, i = states[valid], later[valid]
-        sign = np.where(to_play[i] == to_play[j], 1.0, -1.0)
-        reward_sum[valid] += discount ** k * sign * rewards[i]
-    ahead = states + td_steps
-    inside = ahead < num_steps
-    bootstrap_index = np.where(inside, ahead, -1 if terminated else num_steps)
-    scale = np.where(inside, discount ** td_steps, discount ** (num_steps - states))
-    sign = np.where(to_play[np.maximum(bootstrap_index, 0)] == to_play, 1.0, -1.0)
-    scale = np.where(bootstrap_index >= 0, scale * sign, 0.0)
-    return NStepParts(reward_sum, bootstrap_index.astype(np.int64), scale)
+    # The whole game as one window, padded so that every state's window fits.
+    parts = n_step_window_parts(
+        np.concatenate([rewards, np.zeros(td_steps)])[None],
+        np.concatenate([to_play, np.zeros(td_steps, dtype=to_play.dtype)])[None], None,
+        np.array([num_steps]), np.array([terminated]), np.array([td_steps]), num_steps + 1,
+        discount)
+    return NStepParts(parts.reward_sum[0], parts.bootstrap_index[0], parts.bootstrap_scale[0])
 
 
-def n_step_window_parts(rewards: np.ndarray, to_play: np.ndarray, state_values: np.ndarray,
+def n_step_window_parts(rewards: np.ndarray, to_play: np.ndarray, state_values: np.ndarray | None,
                         actions_left: np.ndarray, terminated: np.ndarray, horizons: np.ndarray,
                         num_states: int, discount: float,
                         search_value_mix: float = 0.0) -> NStepParts:
@@ -93,8 +85,9 @@ def n_step_window_parts(rewards: np.ndarray, to_play: np.ndarray, state_values: 
     termination where ``terminated[b]``. Entries past the final state are ignored; ``rewards``
     needs ``num_states - 1 + max(horizons)`` columns, the others one more. The result equals
     :func:`n_step_parts` (then :func:`mix_own_values`) with ``td_steps = horizons[b]`` at those
-    states, bit for bit; ``bootstrap_index`` counts from the window's start, and states past
-    the final one get no target (0, -1, 0), as the replay pads them.
+    states, which it computes; ``bootstrap_index`` counts from the window's start, and states
+    past the final one get no target (0, -1, 0), as the replay pads them. ``state_values`` is
+    read only with ``search_value_mix`` > 0.
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     horizons = np.asarray(horizons, dtype=np.int64)
