@@ -5,15 +5,19 @@ this machine), then plays ``--games`` greedy games (half as first player, each m
 with ``search.eval_simulations`` and ``search.eval_pb_c_init``) against the depth-limited
 alpha-beta player at each depth in ``--depths`` and prints the win/draw/loss rates; then the
 network alone (one simulation per move: the prior's choice) against depth ``--alone-depth``,
-which shows what the learning carries without the play-time search. With several ``--seeds``
-it prints each figure's mean and spread over them.
+which shows what the learning carries without the play-time search, and how often the network
+alone makes the one-move tactics: taking an immediate win, and blocking the opponent's single
+immediate threat, in the positions of ``--tactics-games`` games between two depth-2 alpha-beta
+players after four random plies. With several ``--seeds`` it prints each figure's mean and
+spread over them.
 Each pair of games opens with the same ``train.eval_opening_plies`` random moves (2 in the
 preset) with the seats swapped: greedy play against a deterministic opponent would otherwise
 repeat one game per seat. No opening repeats while others remain (there are 49 of two moves).
 ``--save`` keeps the trained agent (``muzero-gym eval`` reads it).
 
     python tests/benchmarks/connect4_learning.py [--minutes 30] [--games 100] [--depths 2 4]
-        [--alone-depth 2] [--seeds 0 1 2] [--save PATH] [--set section.key=value ...]
+        [--alone-depth 2] [--tactics-games 200] [--seeds 0 1 2] [--save PATH]
+        [--set section.key=value ...]
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import time
 
+import gymnasium as gym
+import numpy as np
 from _machine import cpu_name
 from _seeds import spread
 
@@ -29,6 +35,70 @@ from muzero_gym.config import load_config
 from muzero_gym.envs.opponents import AlphaBetaOpponent
 
 CHUNK = 2000  # env steps between clock checks
+RANDOM_PLIES = 4  # random moves that open each game of the tactics positions
+
+
+def tactics_positions(num_games: int, seed: int) -> tuple[list, list[set[int]], np.ndarray]:
+    """Positions of games between two depth-2 alpha-beta players (after ``RANDOM_PLIES``
+    random moves) where the player to move can win at once, or cannot but the opponent
+    threatens exactly one immediate win: (positions, the right moves of each, whether each
+    is a win to take)."""
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    rng = np.random.default_rng(seed)
+    player = AlphaBetaOpponent(2, seed=seed)
+    states, right_moves, is_win = [], [], []
+    for _ in range(num_games):
+        env.reset(seed=int(rng.integers(2**31)))
+        state, plies = env.get_state(), 0
+        while not state.done:
+            mask = env.legal_mask(state)
+            own = _winning_moves(env, state)
+            threat = state.copy()
+            threat.to_play = 1 - state.to_play
+            theirs = set() if own else _winning_moves(env, threat)
+            if own or len(theirs) == 1:
+                states.append(state)
+                right_moves.append(own or theirs)
+                is_win.append(bool(own))
+            if plies < RANDOM_PLIES:
+                action = int(rng.choice(np.flatnonzero(mask)))
+            else:
+                env.set_state(state)
+                action = player.choose(env, mask)
+            state = env.simulate([state], np.array([action]), observe=False)[0][0]
+            plies += 1
+    return states, right_moves, np.array(is_win)
+
+
+def _winning_moves(env, state) -> set[int]:
+    actions = np.flatnonzero(env.legal_mask(state))
+    rewards = env.simulate([state] * len(actions), actions, observe=False)[2]
+    return set(actions[rewards > 0].tolist())
+
+
+def network_tactics(agent: MuZeroAgent, num_games: int, seed: int) -> tuple[float, float]:
+    """Shares of the tactics positions in which one simulation (the prior's choice) takes an
+    immediate win, and blocks the single threat; prints both with their counts."""
+    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+    states, right_moves, is_win = tactics_positions(num_games, seed)
+    images, masks, players = [], [], []
+    for state in states:
+        game = agent.new_game()
+        game.start(env.observe(state), {"action_mask": env.legal_mask(state),
+                                        "to_play": state.to_play})
+        images.append(game.make_image())
+        masks.append(game.legal_action_mask())
+        players.append(game.to_play())
+    agent.set_eval_simulations(1)
+    agent.sync_selfplay_weights()
+    chosen = agent.search_positions(np.stack(images), np.stack(masks), np.array(players),
+                                    states).greedy_actions()
+    right = np.array([int(a) in moves for a, moves in zip(chosen, right_moves)])
+    took, blocked = right[is_win].mean(), right[~is_win].mean()
+    print(f"{'alone, one-move tactics':>24} takes the win in {took:.0%} of {is_win.sum()} "
+          f"positions, blocks the single threat in {blocked:.0%} of {(~is_win).sum()}",
+          flush=True)
+    return float(took), float(blocked)
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
@@ -57,11 +127,14 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
     for name, depth, simulations in matches:
         agent.set_eval_simulations(simulations)
         result = agent.play_against(AlphaBetaOpponent(depth, seed=seed), args.games, seed=seed)
-        wins[name] = result.win_rate
+        wins[f"win rate, {name}"] = result.win_rate
         print(f"{name:>24} {result.win_rate:>6.0%} {result.draw_rate:>6.0%} "
               f"{result.loss_rate:>6.0%}  ({result.wins[0]}/{result.draws[0]}/"
               f"{result.losses[0]} / {result.wins[1]}/{result.draws[1]}/{result.losses[1]})",
               flush=True)
+    if args.tactics_games:
+        wins["alone, wins taken"], wins["alone, threats blocked"] = network_tactics(
+            agent, args.tactics_games, seed)
     return wins
 
 
@@ -72,6 +145,8 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--alone-depth", type=int, default=2,
                         help="depth of the alpha-beta player the network alone meets; 0 = none")
+    parser.add_argument("--tactics-games", type=int, default=200,
+                        help="games whose positions test the network's one-move tactics; 0 = none")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--save", help="write the trained agent's checkpoint here")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -80,7 +155,7 @@ def main() -> None:
     results = [run_seed(seed, args) for seed in args.seeds]
     print()
     for name in results[0]:
-        print(spread(f"win rate, {name}", [100 * r[name] for r in results], "{:.0f}%"))
+        print(spread(name, [100 * r[name] for r in results], "{:.0f}%"))
 
 
 if __name__ == "__main__":
