@@ -8,16 +8,17 @@ network alone (one simulation per move: the prior's choice) against depth ``--al
 which shows what the learning carries without the play-time search, and how often the network
 alone makes the one-move tactics: taking an immediate win, and blocking the opponent's single
 immediate threat, in the positions of ``--tactics-games`` games between two depth-2 alpha-beta
-players after four random plies. With several ``--seeds`` it prints each figure's mean and
-spread over them.
+players after four random plies (also every ``--curve-every`` env steps while training, read
+from the learner's network without changing the run). With several ``--seeds`` it prints each
+figure's mean and spread over them.
 Each pair of games opens with the same ``train.eval_opening_plies`` random moves (2 in the
 preset) with the seats swapped: greedy play against a deterministic opponent would otherwise
 repeat one game per seat. No opening repeats while others remain (there are 49 of two moves).
 ``--save`` keeps the trained agent (``muzero-gym eval`` reads it).
 
     python tests/benchmarks/connect4_learning.py [--minutes 30] [--games 100] [--depths 2 4]
-        [--alone-depth 2] [--tactics-games 200] [--seeds 0 1 2] [--save PATH]
-        [--set section.key=value ...]
+        [--alone-depth 2] [--tactics-games 200] [--curve-every 20000] [--seeds 0 1 2]
+        [--save PATH] [--set section.key=value ...]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import torch
 from _machine import cpu_name
 from _seeds import spread
 
@@ -76,29 +78,41 @@ def _winning_moves(env, state) -> set[int]:
     return set(actions[rewards > 0].tolist())
 
 
-def network_tactics(agent: MuZeroAgent, num_games: int, seed: int) -> tuple[float, float]:
-    """Shares of the tactics positions in which one simulation (the prior's choice) takes an
-    immediate win, and blocks the single threat; prints both with their counts."""
-    env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
-    states, right_moves, is_win = tactics_positions(num_games, seed)
-    images, masks, players = [], [], []
-    for state in states:
-        game = agent.new_game()
-        game.start(env.observe(state), {"action_mask": env.legal_mask(state),
-                                        "to_play": state.to_play})
-        images.append(game.make_image())
-        masks.append(game.legal_action_mask())
-        players.append(game.to_play())
-    agent.set_eval_simulations(1)
-    agent.sync_selfplay_weights()
-    chosen = agent.search_positions(np.stack(images), np.stack(masks), np.array(players),
-                                    states).greedy_actions()
-    right = np.array([int(a) in moves for a, moves in zip(chosen, right_moves)])
-    took, blocked = right[is_win].mean(), right[~is_win].mean()
-    print(f"{'alone, one-move tactics':>24} takes the win in {took:.0%} of {is_win.sum()} "
-          f"positions, blocks the single threat in {blocked:.0%} of {(~is_win).sum()}",
-          flush=True)
-    return float(took), float(blocked)
+class TacticsProbe:
+    """The one-move tactics positions of ``num_games`` games (see :func:`tactics_positions`),
+    encoded once for an agent; :meth:`measure` reads the learner's network (its prior's argmax
+    over the legal moves, which is what one simulation plays) without touching self-play or
+    any random stream, so a curve of it leaves the training run as it was."""
+
+    def __init__(self, agent: MuZeroAgent, num_games: int, seed: int):
+        env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
+        states, self.right_moves, self.is_win = tactics_positions(num_games, seed)
+        images, masks = [], []
+        for state in states:
+            game = agent.new_game()
+            game.start(env.observe(state), {"action_mask": env.legal_mask(state),
+                                            "to_play": state.to_play})
+            images.append(game.make_image())
+            masks.append(game.legal_action_mask())
+        self.images = torch.as_tensor(np.stack(images), dtype=torch.float32)
+        self.illegal = ~torch.as_tensor(np.stack(masks), dtype=torch.bool)
+
+    def measure(self, agent: MuZeroAgent) -> tuple[float, float]:
+        """Shares of the positions in which the prior's choice takes the immediate win, and
+        blocks the single threat."""
+        network = agent.learner.network
+        was_training = network.training
+        network.eval()
+        with torch.no_grad():
+            logits = network.initial_inference(self.images.to(agent.device)).policy_logits
+        network.train(was_training)
+        chosen = logits.float().cpu().masked_fill(self.illegal, -torch.inf).argmax(1).numpy()
+        right = np.array([int(a) in moves for a, moves in zip(chosen, self.right_moves)])
+        return float(right[self.is_win].mean()), float(right[~self.is_win].mean())
+
+    def describe(self, took: float, blocked: float) -> str:
+        return (f"takes the win in {took:.0%} of {self.is_win.sum()} positions, blocks the "
+                f"single threat in {blocked:.0%} of {(~self.is_win).sum()}")
 
 
 def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
@@ -106,11 +120,16 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
     config = load_config("connect4", [*args.overrides, f"train.seed={seed}",
                                       "train.eval_interval=0", "log.progress=false"])
     agent = MuZeroAgent(config)
+    probe = TacticsProbe(agent, args.tactics_games, seed) if args.tactics_games else None
     start = time.perf_counter()
     while (time.perf_counter() - start) / 60 < args.minutes:
+        before = agent.env_steps
         agent.learn(agent.env_steps + CHUNK, progress=False)
+        curve = ""
+        if probe and args.curve_every and _crossed(before, agent.env_steps, args.curve_every):
+            curve = ", alone: wins {:.0%}, blocks {:.0%}".format(*probe.measure(agent))
         print(f"  seed {seed}: {agent.env_steps:>7} env steps, {agent.training_steps:>6} "
-              f"learner steps, {(time.perf_counter() - start) / 60:5.1f} min", flush=True)
+              f"learner steps, {(time.perf_counter() - start) / 60:5.1f} min{curve}", flush=True)
     minutes = (time.perf_counter() - start) / 60
     print(f"\nseed {seed}: trained {minutes:.1f} min: {agent.env_steps:,} env steps, "
           f"{agent.training_steps:,} learner steps")
@@ -120,7 +139,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
     matches = [(f"alphabeta-{d}", d, acting.num_simulations) for d in args.depths]
     if args.alone_depth:
         matches.append((f"alone vs alphabeta-{args.alone_depth}", args.alone_depth, 1))
-    print(f"greedy games, {acting.num_simulations} simulations per move, pUCT c_init "
+    root = "pUCT c_init" if acting.root_selection == "puct" else "Gumbel root, c_init"
+    print(f"greedy games, {acting.num_simulations} simulations per move, {root} "
           f"{acting.pb_c_init} (self-play: {selfplay.num_simulations}, {selfplay.pb_c_init})")
     print(f"{'opponent':>24} {'win':>6} {'draw':>6} {'loss':>6}  (agent first / second: w/d/l)")
     wins = {}
@@ -132,10 +152,15 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
               f"{result.loss_rate:>6.0%}  ({result.wins[0]}/{result.draws[0]}/"
               f"{result.losses[0]} / {result.wins[1]}/{result.draws[1]}/{result.losses[1]})",
               flush=True)
-    if args.tactics_games:
-        wins["alone, wins taken"], wins["alone, threats blocked"] = network_tactics(
-            agent, args.tactics_games, seed)
+    if probe:
+        took, blocked = probe.measure(agent)
+        print(f"{'alone, one-move tactics':>24} {probe.describe(took, blocked)}", flush=True)
+        wins["alone, wins taken"], wins["alone, threats blocked"] = took, blocked
     return wins
+
+
+def _crossed(before: int, after: int, interval: int) -> bool:
+    return after // interval > before // interval
 
 
 def main() -> None:
@@ -147,6 +172,8 @@ def main() -> None:
                         help="depth of the alpha-beta player the network alone meets; 0 = none")
     parser.add_argument("--tactics-games", type=int, default=200,
                         help="games whose positions test the network's one-move tactics; 0 = none")
+    parser.add_argument("--curve-every", type=int, default=20000,
+                        help="env steps between tactics measurements while training; 0 = none")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--save", help="write the trained agent's checkpoint here")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
