@@ -329,6 +329,11 @@ class TrainConfig(_Section):
     lr_warmup_steps: int = _field(0, "linear warm-up steps before the decay; 0 = none", low=0)
     momentum: float = _field(0.9, "SGD momentum", low=0.0, high=1.0)
     weight_decay: float = _field(1e-4, "L2 weight decay", low=0.0)
+    decay_norms_and_biases: bool = _field(
+        True, "apply the weight decay to normalisation scales and shifts and to biases too; "
+        "false: to the weights of convolutions and linear layers only (with Adam, the decay "
+        "drives the scale of a channel that has stopped firing to zero at the learning rate's "
+        "pace, and the channel never returns)")
     max_grad_norm: float = _field(5.0, "gradient clipping norm; 0 = no clipping", low=0.0)
     value_loss_weight: float = _field(0.25, "weight of the value loss", low=0.0)
     consistency_loss_weight: float = _field(

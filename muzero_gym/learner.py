@@ -54,6 +54,19 @@ def learning_rate(config: TrainConfig, step: int) -> float:
     return lr
 
 
+def decay_groups(network: torch.nn.Module, weight_decay: float,
+                 decay_norms_and_biases: bool) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: every parameter with ``weight_decay``, or, without
+    ``decay_norms_and_biases``, only the weight matrices and kernels (parameters of two or more
+    dimensions) with it and the one-dimensional ones (normalisation scales and shifts, biases)
+    without."""
+    params = [p for p in network.parameters() if p.requires_grad]
+    if decay_norms_and_biases:
+        return [{"params": params, "weight_decay": weight_decay}]
+    return [{"params": [p for p in params if p.ndim > 1], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+
+
 class Learner:
     """Owns the training network, its target copy, the optimizer and the step counter."""
 
@@ -78,13 +91,12 @@ class Learner:
         # torch's multi-tensor ops (one call for all parameters, the same numbers as the
         # per-parameter loop, a fifth faster).
         fused = {"fused": True} if self.device.type == "cuda" else {"foreach": True}
+        groups = decay_groups(self.network, config.weight_decay, config.decay_norms_and_biases)
         if config.optimizer == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
-                self.network.parameters(), lr=config.lr_init, momentum=config.momentum,
-                weight_decay=config.weight_decay, **fused)
+                groups, lr=config.lr_init, momentum=config.momentum, **fused)
         else:
-            self.optimizer = torch.optim.Adam(self.network.parameters(), lr=config.lr_init,
-                                              weight_decay=config.weight_decay, **fused)
+            self.optimizer = torch.optim.Adam(groups, lr=config.lr_init, **fused)
         self.training_step = 0
 
     def _tensor(self, array: np.ndarray | torch.Tensor,

@@ -62,6 +62,30 @@ def test_sgd_training_lowers_the_loss_over_steps():
     assert learner.compute_loss(batch)[0].item() < 0.8 * first
 
 
+@pytest.mark.parametrize("decay_norms_and_biases", [True, False])
+def test_weight_decay_reaches_norms_and_biases_only_when_asked(decay_norms_and_biases):
+    # With their loss gradients zeroed, the one-dimensional parameters (layer-norm scales and
+    # shifts, biases) move only by the decay: Adam's first step is lr * sign(decay * p).
+    # (Parameters the loss does not reach, such as the unused projection head, get no step.)
+    learner = make_learner(weight_decay=0.1, lr_init=0.01,
+                           decay_norms_and_biases=decay_norms_and_biases)
+    params = list(learner.network.parameters())
+    for p in params:
+        if p.ndim == 1:
+            p.register_hook(torch.zeros_like)
+    before = [p.detach().clone() for p in params]
+    learner.train_step(filled_replay().sample(32, np.random.default_rng(0)))
+    stepped = [(p, b) for p, b in zip(params, before) if p.grad is not None]
+    flat = [((p.detach() - b).abs(), b) for p, b in stepped if p.ndim == 1]
+    nonzero = [moved[b.abs() > 0.01] for moved, b in flat]  # |decay * p| far above eps
+    assert sum(n.numel() for n in nonzero) > 0  # layer-norm scales start at 1
+    if decay_norms_and_biases:
+        assert all(torch.allclose(n, torch.full_like(n, 0.01), rtol=1e-4) for n in nonzero)
+    else:
+        assert all(torch.equal(moved, torch.zeros_like(moved)) for moved, _ in flat)
+    assert all(not torch.equal(p.detach(), b) for p, b in stepped if p.ndim > 1)
+
+
 def test_learning_rate_schedule_matches_the_reference_with_warmup():
     config = TrainConfig(lr_init=0.05, lr_decay_rate=0.1, lr_decay_steps=350e3)
     assert learning_rate(config, 0) == pytest.approx(0.05)
