@@ -60,7 +60,7 @@ def decay_groups(network: torch.nn.Module, weight_decay: float,
     ``decay_norms_and_biases``, only the weight matrices and kernels (parameters of two or more
     dimensions) with it and the one-dimensional ones (normalisation scales and shifts, biases)
     without."""
-    params = [p for p in network.parameters() if p.requires_grad]
+    params = list(network.parameters())
     if decay_norms_and_biases:
         return [{"params": params, "weight_decay": weight_decay}]
     return [{"params": [p for p in params if p.ndim > 1], "weight_decay": weight_decay},

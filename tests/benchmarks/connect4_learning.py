@@ -32,7 +32,7 @@ import torch
 from _machine import cpu_name
 from _seeds import spread
 
-from muzero_gym.agents.muzero import MuZeroAgent
+from muzero_gym.agents.muzero import MuZeroAgent, _crossed
 from muzero_gym.config import load_config
 from muzero_gym.envs.opponents import AlphaBetaOpponent
 
@@ -126,7 +126,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
         before = agent.env_steps
         agent.learn(agent.env_steps + CHUNK, progress=False)
         curve = ""
-        if probe and args.curve_every and _crossed(before, agent.env_steps, args.curve_every):
+        if probe and _crossed(before, agent.env_steps, args.curve_every):
             curve = ", alone: wins {:.0%}, blocks {:.0%}".format(*probe.measure(agent))
         print(f"  seed {seed}: {agent.env_steps:>7} env steps, {agent.training_steps:>6} "
               f"learner steps, {(time.perf_counter() - start) / 60:5.1f} min{curve}", flush=True)
@@ -157,10 +157,6 @@ def run_seed(seed: int, args: argparse.Namespace) -> dict[str, float]:
         print(f"{'alone, one-move tactics':>24} {probe.describe(took, blocked)}", flush=True)
         wins["alone, wins taken"], wins["alone, threats blocked"] = took, blocked
     return wins
-
-
-def _crossed(before: int, after: int, interval: int) -> bool:
-    return after // interval > before // interval
 
 
 def main() -> None:
