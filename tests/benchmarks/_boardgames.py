@@ -1,6 +1,8 @@
 """What the Go, chess and shogi learning benchmarks share: train a ``*_cpu`` preset for a fixed
-wall-clock time, with a short evaluation against a random mover along the way, then matches
-against a random mover and an engine (skipped, and said so, when the engine is not installed).
+wall-clock time, with a short evaluation against a random mover along the way (``--eval-every
+0`` leaves them out: at the chess preset's 400 simulations a 10-game check can outlast the
+training between checks), then matches against a random mover and an engine (skipped, and said
+so, when the engine is not installed).
 Imported by go9_learning.py, chess_learning.py and shogi_learning.py."""
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from muzero_gym.config import load_config
 from muzero_gym.envs.engines import EngineNotFound
 from muzero_gym.envs.opponents import make_opponent
 
+CHUNK = 2_000  # moves between clock checks when there are no short evaluations
+
 
 def parser(doc: str, engine: str, level: int) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--eval-every", type=int, default=10_000, help="env steps between the "
-                   "short evaluations against a random mover (10 games)")
+                   "short evaluations against a random mover (10 games); 0 = none (train in "
+                   f"blocks of {CHUNK:,} moves, so the run ends close to --minutes)")
     p.add_argument("--games", type=int, default=40, help="games of each final match")
     p.add_argument("--engine-level", type=int, default=level, help=f"{engine}'s strength")
     p.add_argument("--save", help="write each trained agent's checkpoint to PATH.seed<N>")
@@ -62,12 +67,14 @@ def run_seed(preset: str, engine: str, seed: int,
     trained = 0.0
     while trained < args.minutes * 60:
         start = time.perf_counter()
-        agent.learn(agent.env_steps + args.eval_every, progress=False)
+        agent.learn(agent.env_steps + (args.eval_every or CHUNK), progress=False)
         trained += time.perf_counter() - start
-        quick = agent.play_against(make_opponent("random", seed=seed), 10, seed=seed)
-        print(f"  {agent.env_steps:>8,} moves, {agent.training_steps:>6,} learner steps, "
-              f"{trained / 60:5.1f} min ({agent.env_steps / trained:5.1f} moves/s): against "
-              f"random {score(quick):.0%}", flush=True)
+        line = (f"  {agent.env_steps:>8,} moves, {agent.training_steps:>6,} learner steps, "
+                f"{trained / 60:5.1f} min ({agent.env_steps / trained:5.1f} moves/s)")
+        if args.eval_every:
+            quick = agent.play_against(make_opponent("random", seed=seed), 10, seed=seed)
+            line += f": against random {score(quick):.0%}"
+        print(line, flush=True)
     moves_played = agent.env_steps
     agent.close()
     if args.save:
@@ -82,6 +89,9 @@ def run_seed(preset: str, engine: str, seed: int,
 
 
 def run(preset: str, engine: str, args: argparse.Namespace) -> None:
+    if args.eval_every < 0 or args.games < 1:
+        raise SystemExit(f"--eval-every {args.eval_every} must be >= 0 and --games "
+                         f"{args.games} >= 1")
     results = [run_seed(preset, engine, seed, args) for seed in args.seeds]
     if len(results) > 1:
         print()
