@@ -22,14 +22,24 @@ from muzero_gym.envs.opponents import make_opponent
 CHUNK = 2_000  # moves between clock checks when there are no short evaluations
 
 
+def _at_least(low: int):
+    """An argparse type: an integer no smaller than ``low``."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be >= {low}")
+        return value
+    return parse
+
+
 def parser(doc: str, engine: str, level: int) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--eval-every", type=int, default=10_000, help="env steps between the "
+    p.add_argument("--eval-every", type=_at_least(0), default=10_000, help="env steps between the "
                    "short evaluations against a random mover (10 games); 0 = none (train in "
                    f"blocks of {CHUNK:,} moves, so the run ends close to --minutes)")
-    p.add_argument("--games", type=int, default=40, help="games of each final match")
+    p.add_argument("--games", type=_at_least(1), default=40, help="games of each final match")
     p.add_argument("--engine-level", type=int, default=level, help=f"{engine}'s strength")
     p.add_argument("--save", help="write each trained agent's checkpoint to PATH.seed<N>")
     p.add_argument("--set", dest="overrides", action="append", default=[])
@@ -89,9 +99,6 @@ def run_seed(preset: str, engine: str, seed: int,
 
 
 def run(preset: str, engine: str, args: argparse.Namespace) -> None:
-    if args.eval_every < 0 or args.games < 1:
-        raise SystemExit(f"--eval-every {args.eval_every} must be >= 0 and --games "
-                         f"{args.games} >= 1")
     results = [run_seed(preset, engine, seed, args) for seed in args.seeds]
     if len(results) > 1:
         print()
