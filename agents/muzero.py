@@ -149,17 +149,27 @@ class MuZeroAgent:
 
     def _acting_search(self) -> BatchedMCTS:
         """The search for evaluation and play: self-play's, or one with
-        ``search.eval_simulations`` simulations and ``search.eval_pb_c_init``."""
+        ``search.eval_simulations`` simulations, ``search.eval_pb_c_init`` and
+        ``search.eval_draw_value``."""
         search, selfplay = self.config.search, self.search.settings
         settings = dataclasses.replace(
             selfplay, num_simulations=search.eval_simulations or selfplay.num_simulations,
-            pb_c_init=selfplay.pb_c_init if search.eval_pb_c_init < 0 else search.eval_pb_c_init)
+            pb_c_init=selfplay.pb_c_init if search.eval_pb_c_init < 0 else search.eval_pb_c_init,
+            draw_value=search.eval_draw_value)
         return self.search if settings == selfplay else BatchedMCTS(settings, self.num_actions)
 
     def set_eval_simulations(self, num_simulations: int) -> None:
         """Simulations per search from now on when the agent is evaluated or plays
         (``search.eval_simulations``; 0 = as self-play). Self-play is unchanged."""
-        self.config = self.config.replace([f"search.eval_simulations={num_simulations}"])
+        self._replace_acting_search([f"search.eval_simulations={num_simulations}"])
+
+    def set_eval_draw_value(self, draw_value: float) -> None:
+        """What a drawn game is worth to the agent from now on when it is evaluated or plays
+        (``search.eval_draw_value``, in [-1, 1]; negative = contempt). Self-play is unchanged."""
+        self._replace_acting_search([f"search.eval_draw_value={draw_value}"])
+
+    def _replace_acting_search(self, overrides: list[str]) -> None:
+        self.config = self.config.replace(overrides)
         self.acting_search = self._acting_search()
 
     def new_game(self) -> Game:

@@ -162,6 +162,10 @@ def _add_simulations(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--simulations", type=int, metavar="N",
                         help="simulations per search (default search.eval_simulations, or "
                              "search.num_simulations when that is 0)")
+    parser.add_argument("--draw-value", type=float, metavar="V",
+                        help="what a drawn game is worth to the agent, in [-1, 1]; negative = "
+                             "contempt, it plays on rather than draw (two-player games; "
+                             "default search.eval_draw_value)")
 
 
 def _add_trust(parser: argparse.ArgumentParser) -> None:
@@ -189,6 +193,8 @@ def _load_acting_agent(args: argparse.Namespace):
                              trust_env_module=args.trust_env_module, include_replay=False)
     if args.simulations is not None:
         agent.set_eval_simulations(args.simulations)
+    if args.draw_value is not None:
+        agent.set_eval_draw_value(args.draw_value)
     return agent
 
 

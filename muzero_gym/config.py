@@ -203,6 +203,11 @@ class SearchConfig(_Section):
         -1.0, "pUCT c_init when the agent is evaluated or plays (as eval_simulations): a "
         "smaller one searches the best lines deeper, while self-play keeps pb_c_init's "
         "exploration for its visit targets; -1 = pb_c_init", low=-1.0)
+    eval_draw_value: float = _field(
+        0.0, "what a drawn game is worth to the agent when it is evaluated or plays (as "
+        "eval_simulations; two players, search.simulator): a negative one is an engine's "
+        "contempt, the search plays on rather than draw; self-play's draws stay worth 0",
+        low=-1.0, high=1.0)
     exploration_constant: float = _field(
         1.0, "constant of the reference's extra UCB1 term; 0 turns it off", low=0.0)
     dirichlet_alpha: float = _field(0.25, "Dirichlet concentration of root noise",
@@ -251,6 +256,10 @@ class SearchConfig(_Section):
                               "real game says which positions are final")
         if self.solver and self.root_selection != "puct":
             raise ConfigError("search.solver = true works with search.root_selection = 'puct'")
+        if self.eval_draw_value != 0.0 and (self.solver or not self.simulator):
+            raise ConfigError("search.eval_draw_value needs search.simulator = true (only the "
+                              "real game says which positions are drawn) and search.solver = "
+                              "false (proofs take draws as worth 0)")
         if self.known_bounds and (len(self.known_bounds) != 2
                                   or self.known_bounds[0] >= self.known_bounds[1]):
             raise ConfigError(f"search.known_bounds = {self.known_bounds!r}: "
@@ -473,6 +482,11 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
     preset: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.search.eval_draw_value != 0.0 and self.env.num_players != 2:
+            raise ConfigError(f"search.eval_draw_value = {self.search.eval_draw_value}: draws "
+                              "have a value only in two-player games (env.num_players = 2)")
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Plain nested dict (sections only), suitable for TOML and checkpoints."""

@@ -48,6 +48,7 @@ def cartpole_run(tmp_path_factory):
     (["--depth", "3", "--opening-plies", "2"], "--depth, --opening-plies: for two-player"),
     (["--episodes", "0"], "--episodes = 0: must be >= 1"),
     (["--simulations", "0"], "--simulations = 0: must be >= 1"),
+    (["--draw-value", "-0.5"], "search.eval_draw_value needs search.simulator = true"),
     (["--env", "Acrobot-v1"], "is for env 'CartPole-v1', not 'Acrobot-v1'"),
 ])
 def test_bad_eval_arguments_are_one_line(argv, message, cartpole_run, capsys):

@@ -368,6 +368,8 @@ def test_play_command_with_piped_input(tmp_path):
     assert main(["eval", str(path), "--episodes", "4", "--opponent", "random"]) == 0
     assert main(["eval", str(path), "--episodes", "2", "--simulations", "6"]) == 0
     assert main(["eval", str(path), "--simulations", "0"]) == 2
+    assert main(["eval", str(path), "--episodes", "2", "--draw-value", "-0.3"]) == 0
+    assert main(["eval", str(path), "--draw-value", "-3"]) == 2
 
 
 def test_evaluation_and_play_search_with_eval_simulations():

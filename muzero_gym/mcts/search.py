@@ -17,6 +17,11 @@ A callback that also knows which new nodes are final states returns them as a fi
 see :mod:`muzero_gym.mcts.tree`) and plays and trains on the proofs: a move proven best is
 taken, a move proven lost is not while another is open.
 
+``SearchSettings.draw_value`` (two players, such a callback) is what a drawn game is worth to
+the player the search is for (the player to move at the root): a final state reached with
+reward 0 is worth it to that player, and its negation to the other one, instead of 0. A
+negative one is an engine's contempt: the search prefers playing on to drawing.
+
 ``SearchSettings.max_depth`` caps how deep the tree grows (the learned dynamics are trained to
 unroll only ``num_unroll_steps`` steps): a simulation whose walk reaches an expanded node at the
 cap backs that node's value up once more, and the model's output for that row is dropped.
@@ -32,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from muzero_gym.mcts import tree
+
+IN_PLAY, DRAWN, DECIDED = 0, 1, 2  # how a node's game stands (SearchSettings.draw_value)
 
 RecurrentFn = Callable[[np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -57,6 +64,7 @@ class SearchSettings:
     min_value_span: float = 0.0
     max_depth: int = 0
     solver: bool = False
+    draw_value: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_simulations < 1:
@@ -74,6 +82,10 @@ class SearchSettings:
             raise ValueError(f"max_depth = {self.max_depth}: must be >= 0 (0 = no cap)")
         if self.solver and self.root_selection != "puct":
             raise ValueError("solver = True needs root_selection = 'puct'")
+        if not -1.0 <= self.draw_value <= 1.0:
+            raise ValueError(f"draw_value = {self.draw_value}: must be in [-1, 1]")
+        if self.draw_value != 0.0 and (self.num_players != 2 or self.solver):
+            raise ValueError("draw_value needs num_players = 2 and solver = False")
 
     @property
     def rescale_q_by_children(self) -> bool:
@@ -178,6 +190,8 @@ class BatchedMCTS:
         self._start = np.zeros(batch, dtype=np.int32)
         self._all_legal = np.ones((batch, a), dtype=np.bool_)
         self._no_terminal = np.zeros(batch, dtype=np.bool_)
+        # How each node's game stands when draws have a value: IN_PLAY, DRAWN or DECIDED.
+        self._outcome = np.zeros((batch, n), dtype=np.int8)
         self._capacity = batch
 
     def run(self, root_value: np.ndarray, root_logits: np.ndarray, recurrent_fn: RecurrentFn,
@@ -251,6 +265,8 @@ class BatchedMCTS:
         tree.init_roots(nodes, values, children, prior, minmax, root_legal, root_value,
                         root_logits, root_to_play, noise, noise_fraction, known_min, known_max,
                         s.discount)
+        if s.draw_value != 0.0:
+            self._outcome[:batch, 0] = IN_PLAY
         max_depth = np.zeros(batch, dtype=np.int32)
         start = self._start[:batch]
         start[:] = 0
@@ -276,9 +292,16 @@ class BatchedMCTS:
                     raise ValueError("solver = True needs a recurrent_fn that returns which new "
                                      "nodes are final states (a true simulator)")
                 terminal = _contiguous(np.asarray(out[4], dtype=np.bool_), (batch,))
+            reward, value = _contiguous(reward, (batch,)), _contiguous(value, (batch,))
+            if s.draw_value != 0.0:
+                if len(out) < 5:
+                    raise ValueError("draw_value needs a recurrent_fn that returns which new "
+                                     "nodes are final states (a true simulator)")
+                value = self._value_draws(batch, simulation + 1, parent, reward, value,
+                                          np.asarray(out[4], dtype=np.bool_).reshape(batch),
+                                          root_to_play)
             tree.expand_and_backup(nodes, values, children, prior, minmax, simulation + 1, parent,
-                                   action, revisit, _contiguous(reward, (batch,)),
-                                   _contiguous(value, (batch,)),
+                                   action, revisit, reward, value,
                                    _contiguous(logits, (batch, self.num_actions)), s.num_players,
                                    s.discount, legal, terminal, root_legal, proof_max)
 
@@ -297,6 +320,26 @@ class BatchedMCTS:
             search_policy = counts / counts.sum(axis=1, keepdims=True)
         return SearchResult(visit_counts, out_value, search_policy, qvalues, max_depth,
                             gumbel_action, proven, weights)
+
+    def _value_draws(self, batch: int, new_node: int, parent: np.ndarray, reward: np.ndarray,
+                     value: np.ndarray, terminal: np.ndarray, root_to_play: np.ndarray
+                     ) -> np.ndarray:
+        """``value`` [B] of the new nodes with each drawn one worth ``draw_value`` to the root's
+        player (its negation when the other player is to move there). A final state reached
+        with reward 0 is drawn; the nodes below a final state (which absorbs every move) share
+        its outcome."""
+        outcome = self._outcome[:batch]
+        rows = np.arange(batch)
+        parent_outcome = outcome[rows, parent]
+        ended_here = (parent_outcome == IN_PLAY) & terminal
+        new = np.where(ended_here, np.where(reward == 0.0, DRAWN, DECIDED), parent_outcome)
+        outcome[:, new_node] = new
+        drawn = new == DRAWN
+        if not drawn.any():
+            return value
+        to_play = (self._nodes[:batch][rows, parent, tree.TO_PLAY] + 1) % 2
+        draw = self.settings.draw_value
+        return np.where(drawn, np.where(to_play == root_to_play, draw, -draw), value)
 
     def describe(self, row: int = 0, depth: int = 2, action_names: list[str] | None = None
                  ) -> list[str]:
