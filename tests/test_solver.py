@@ -114,6 +114,17 @@ def test_solver_needs_to_be_told_which_nodes_are_final():
         search.run(np.zeros(1), np.zeros((1, 2)), no_terminal_flags)
 
 
+def test_final_state_flags_of_the_wrong_shape_are_an_error():
+    search = BatchedMCTS(SearchSettings(num_simulations=4, num_players=2, solver=True), 2)
+
+    def two_flags_for_one_row(parent, action, node):
+        return (np.zeros(1), np.zeros(1), np.zeros((1, 2)), np.ones((1, 2), dtype=np.bool_),
+                np.zeros(2, dtype=np.bool_))
+
+    with pytest.raises(ValueError, match=r"final states of shape \(2,\)"):
+        search.run(np.zeros(1), np.zeros((1, 2)), two_flags_for_one_row)
+
+
 def test_solver_config_needs_the_simulator_and_puct():
     with pytest.raises(ConfigError, match="simulator"):
         load_config("cartpole", ["search.solver=true"])

@@ -267,6 +267,9 @@ class BatchedMCTS:
                         s.discount)
         if s.draw_value != 0.0:
             self._outcome[:batch, 0] = IN_PLAY
+        # which setting needs the callback to say which new nodes are final states, if any
+        needs_final = ("solver = True" if s.solver
+                       else "draw_value" if s.draw_value != 0.0 else None)
         max_depth = np.zeros(batch, dtype=np.int32)
         start = self._start[:batch]
         start[:] = 0
@@ -286,19 +289,11 @@ class BatchedMCTS:
             reward, value, logits = out[:3]
             legal = (self._all_legal[:batch] if len(out) < 4
                      else _legal_rows(out[3], batch, self.num_actions))
-            terminal = self._no_terminal[:batch]
-            if s.solver:
-                if len(out) < 5:
-                    raise ValueError("solver = True needs a recurrent_fn that returns which new "
-                                     "nodes are final states (a true simulator)")
-                terminal = _contiguous(np.asarray(out[4], dtype=np.bool_), (batch,))
             reward, value = _contiguous(reward, (batch,)), _contiguous(value, (batch,))
+            final = None if needs_final is None else _final_states(out, batch, needs_final)
+            terminal = final if s.solver else self._no_terminal[:batch]
             if s.draw_value != 0.0:
-                if len(out) < 5:
-                    raise ValueError("draw_value needs a recurrent_fn that returns which new "
-                                     "nodes are final states (a true simulator)")
-                value = self._value_draws(batch, simulation + 1, parent, reward, value,
-                                          np.asarray(out[4], dtype=np.bool_).reshape(batch),
+                value = self._value_draws(batch, simulation + 1, parent, reward, value, final,
                                           root_to_play)
             tree.expand_and_backup(nodes, values, children, prior, minmax, simulation + 1, parent,
                                    action, revisit, reward, value,
@@ -459,6 +454,19 @@ def _contiguous(array, shape: tuple[int, ...]) -> np.ndarray:
                              f"expected {shape}")
         out = out.reshape(shape)
     return out
+
+
+def _final_states(out: tuple, batch: int, needed_by: str) -> np.ndarray:
+    """The callback's fifth array (which new nodes are final states) as a C-contiguous bool [B];
+    ``needed_by`` names the setting that asks for it, for the error when it is missing."""
+    if len(out) < 5:
+        raise ValueError(f"{needed_by} needs a recurrent_fn that returns which new nodes are "
+                         "final states (a true simulator)")
+    final = np.ascontiguousarray(out[4], dtype=np.bool_)
+    if final.size != batch:
+        raise ValueError(f"recurrent_fn returned final states of shape {final.shape}, "
+                         f"expected ({batch},)")
+    return final.reshape(batch)
 
 
 def _legal_rows(legal, batch: int, num_actions: int) -> np.ndarray:
