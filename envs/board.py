@@ -169,14 +169,18 @@ class TurnGameEnv(TextGameEnv):
     """A two-player game under the contract above, whose rules are the batched ``simulate``:
     ``play`` is one move through it, and ``info`` gives the legal moves, the player to move and
     the winner (-1 while none) of ``self.state`` (which has ``to_play``, ``done`` and
-    ``winner``; the env has ``legal_mask(state)``)."""
+    ``winner``; the env has ``legal_mask(state)``), and once the game is over, where the state
+    says how it ended (its ``result``: "checkmate", "512 moves", ...), ``info["result"]``."""
 
     def _info(self) -> dict:
         mask = self.legal_mask(self.state)
         if self.state.done:
             mask = np.ones_like(mask)  # nothing is legal; keep the search's root well defined
-        return {"action_mask": mask, "to_play": self.state.to_play,
+        info = {"action_mask": mask, "to_play": self.state.to_play,
                 "winner": -1 if self.state.winner is None else self.state.winner}
+        if self.state.done and getattr(self.state, "result", ""):
+            info["result"] = self.state.result
+        return info
 
     def play(self, state, action: int) -> tuple[Any, float]:
         """The position after ``action`` and the mover's reward, through the batched rules

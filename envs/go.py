@@ -228,6 +228,13 @@ class GoState:
     def board(self) -> np.ndarray:
         return self.boards[0]
 
+    @property
+    def result(self) -> str:
+        """How the game ended ("two passes" or the move limit, "722 moves"); "" while on."""
+        if not self.done:
+            return ""
+        return "two passes" if self.passes >= 2 else f"{self.num_moves} moves"
+
     def copy(self) -> GoState:
         return GoState(self.boards.copy(), self.to_play, self.passes, self.num_moves,
                        self.position_hash, self.history.copy(), self.moves, self.done,

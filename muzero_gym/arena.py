@@ -4,7 +4,9 @@
 seat in half of them and the second seat in the other half, plays greedily (no noise, most
 visited action) with one batched search over every game where it is to move, and the opponent
 (see :mod:`muzero_gym.envs.opponents`) answers in the others. A game's winner is the mover of a
-positive reward (the contract of :mod:`muzero_gym.envs.board`); 0 at the end is a draw.
+positive reward (the contract of :mod:`muzero_gym.envs.board`); 0 at the end is a draw. Where
+the env says how a game ended (``info["result"]``: checkmate, perpetual check, the move limit),
+the result counts the games won, drawn and lost of each way.
 
 A greedy agent against a deterministic opponent plays the same game over and over, so a match
 can start each game after ``opening_plies`` uniformly random legal moves (both sides): games come
@@ -33,11 +35,21 @@ class Opponent(Protocol):
 
 @dataclass
 class MatchResult:
-    """Counts of won, drawn and lost games per seat of the agent (index 0: it moved first)."""
+    """Counts of won, drawn and lost games per seat of the agent (index 0: it moved first),
+    and, for games whose env says how each ended (``info["result"]`` at the end: "checkmate",
+    "512 moves", ...), the won, drawn and lost games of each way of ending."""
 
     wins: list[int] = field(default_factory=lambda: [0, 0])
     draws: list[int] = field(default_factory=lambda: [0, 0])
     losses: list[int] = field(default_factory=lambda: [0, 0])
+    endings: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, seat: int, outcome: int, ending: str = "") -> None:
+        """Counts one game of the agent in ``seat``: ``outcome`` 1 won, 0 drawn, -1 lost."""
+        counts = {1: self.wins, 0: self.draws, -1: self.losses}[outcome]
+        counts[seat] += 1
+        if ending:
+            self.endings.setdefault(ending, [0, 0, 0])[1 - outcome] += 1
 
     @property
     def games(self) -> int:
@@ -59,9 +71,14 @@ class MatchResult:
         return self.rate(self.losses)
 
     def summary(self) -> str:
-        return (f"{self.games} games: won {sum(self.wins)}, drawn {sum(self.draws)}, lost "
+        text = (f"{self.games} games: won {sum(self.wins)}, drawn {sum(self.draws)}, lost "
                 f"{sum(self.losses)} (as first: {self.wins[0]}/{self.draws[0]}/{self.losses[0]}, "
                 f"as second: {self.wins[1]}/{self.draws[1]}/{self.losses[1]})")
+        if self.endings:
+            text += "; ended by (won/drawn/lost): " + ", ".join(
+                f"{ending} {'/'.join(map(str, counts))}"
+                for ending, counts in sorted(self.endings.items(), key=lambda e: -sum(e[1])))
+        return text
 
 
 def random_openings(env: gym.Env, count: int, plies: int, rng: np.random.Generator
@@ -141,12 +158,8 @@ def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,
                 if terminated or truncated:
                     active[i] = False
                     seat = int(seats[i])
-                    if reward == 0:
-                        result.draws[seat] += 1
-                    elif (reward > 0) == (mover == seat):
-                        result.wins[seat] += 1
-                    else:
-                        result.losses[seat] += 1
+                    outcome = 0 if reward == 0 else (1 if (reward > 0) == (mover == seat) else -1)
+                    result.add(seat, outcome, info.get("result", ""))
                     bar.update(result.games, won=sum(result.wins), lost=sum(result.losses))
     finally:
         bar.close()

@@ -109,6 +109,7 @@ def test_area_scoring_counts_stones_and_surrounded_empty_points():
     _, reward, done, _, info = play(env, "pass")  # White's pass ends it; Black won by 1.5
     assert done and env.state.winner == 0 and env.state.score == 1.5
     assert reward == -1.0  # the reward is the mover's: White passed and lost
+    assert info["result"] == "two passes"
 
 
 def test_a_point_next_to_both_colours_is_nobodys():
@@ -123,8 +124,8 @@ def test_max_moves_ends_and_scores_the_game():
     env = GoEnv(9, max_moves=4)
     env.reset()
     play(env, "E5", "pass", "D4")
-    _, reward, done, _, _ = play(env, "pass")
-    assert done and env.state.num_moves == 4
+    _, reward, done, _, info = play(env, "pass")
+    assert done and env.state.num_moves == 4 and info["result"] == "4 moves"
     # Every empty point reaches Black stones only: Black's area is the whole board.
     assert env.state.winner == 0 and env.state.score == 81 - 7.5 and reward == -1.0
 

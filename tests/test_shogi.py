@@ -59,8 +59,9 @@ def test_a_move_and_its_mirror_for_the_other_side_share_an_action():
 def test_mate_rewards_the_mover():
     env = ShogiEnv(history=1)
     env.reset(options={"sfen": "4k4/9/4G4/9/9/9/9/9/4K4 b G 1"})
-    _, reward, done, _, _ = play_usi(env, "G*5b")  # head gold, supported: mate
+    _, reward, done, _, info = play_usi(env, "G*5b")  # head gold, supported: mate
     assert done and reward == 1.0 and env.state.winner == 0 and env.state.result == "checkmate"
+    assert info["result"] == "checkmate"
 
 
 def test_fourth_repetition_is_a_draw():
@@ -85,8 +86,8 @@ def test_perpetual_check_loses_for_the_checking_side():
     for _ in range(2):
         play_usi(env, *cycle)
         assert not env.state.done
-    _, reward, done, _, _ = play_usi(env, *cycle)  # the position after 1i6i, a fourth time
-    assert done and env.state.result == "perpetual check"
+    _, reward, done, _, info = play_usi(env, *cycle)  # the position after 1i6i, a fourth time
+    assert done and env.state.result == "perpetual check" == info["result"]
     assert env.state.winner == 1 and reward == -1.0  # Sente checked every move: it loses
 
 
@@ -133,6 +134,22 @@ def test_usi_engine_over_pipes(shogi_checkpoint):
     board.push_usi("3c3d")
     assert board.move_from_usi(best[0]) in list(board.legal_moves)
     assert any("illegal move 7g7a" in line for line in lines)
+
+
+def test_matches_say_how_each_game_ended(shogi_checkpoint):
+    from muzero_gym.agents.muzero import MuZeroAgent
+    from muzero_gym.envs.opponents import make_opponent
+
+    agent = MuZeroAgent.load(shogi_checkpoint)  # max_moves = 40
+    result = agent.play_against(make_opponent("random", seed=0), 4, seed=0)
+    assert sum(map(sum, result.endings.values())) == result.games == 4
+    for ending, (won, drawn, lost) in result.endings.items():
+        assert ending in {"checkmate", "perpetual check", "repetition", "40 moves"}
+        if ending in {"repetition", "40 moves"}:
+            assert won == lost == 0
+        else:
+            assert drawn == 0
+    assert "ended by (won/drawn/lost): " in result.summary()
 
 
 def test_gnushogi_plays_legal_moves_against_the_agent(shogi_checkpoint):

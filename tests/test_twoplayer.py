@@ -184,6 +184,22 @@ def test_matches_count_every_game_and_alternate_seats():
     assert result.win_rate + result.draw_rate + result.loss_rate == pytest.approx(1.0)
 
 
+def test_match_results_count_outcomes_by_seat_and_by_ending():
+    from muzero_gym.arena import MatchResult
+
+    result = MatchResult()
+    result.add(0, 1, "checkmate")
+    result.add(1, -1, "checkmate")
+    result.add(1, 0, "512 moves")
+    result.add(0, 1)  # an env that does not say how its games end
+    assert (result.wins, result.draws, result.losses) == ([2, 0], [0, 1], [0, 1])
+    assert result.endings == {"checkmate": [1, 0, 1], "512 moves": [0, 1, 0]}
+    assert result.summary() == (
+        "4 games: won 2, drawn 1, lost 1 (as first: 2/0/0, as second: 0/1/1); "
+        "ended by (won/drawn/lost): checkmate 1/0/1, 512 moves 0/1/0")
+    assert MatchResult().summary().endswith("as second: 0/0/0)")
+
+
 def test_random_openings_are_legal_unfinished_and_varied():
     from muzero_gym.arena import random_openings
     from muzero_gym.environment import make_env
