@@ -13,6 +13,12 @@ offer to be played by muzero_gym with ``env.num_players = 2``):
 - ``get_state()`` / ``set_state(state)`` copy and restore the whole game, which lets the search
   step a copy of the real game (``search.simulator = true``) and lets the opponents in
   :mod:`muzero_gym.envs.opponents` look ahead.
+- Optionally, ``info["result"]`` at the end of a game says how it ended ("checkmate",
+  "repetition", "512 moves", ...); matches (:mod:`muzero_gym.arena`) count the games won, drawn
+  and lost of each way.
+- Optionally, ``proven_values(states)``: for each position +1 when the player to move wins by
+  force, -1 when they lose, NaN when not known (shogi: a mate in one). The true-simulator search
+  takes these values instead of the network's (:mod:`muzero_gym.simulator`).
 - Optionally, ``simulate(states, actions)`` plays one move in each of many positions at once
   (see :meth:`BoardGameEnv.simulate`); the search then expands a whole batch of nodes in one call
   instead of one ``set_state``/``step``/``get_state`` round per node.

@@ -6,7 +6,8 @@ Rules are cshogi's (a C++ move generator: about 160,000 moves a second against p
 player who cannot move loses (the mover of the mate gets +1). A position occurring for the fourth
 time ends the game (sennichite): a draw, unless one player gave check with every move since the
 position first occurred, who then loses. After ``max_moves`` plies (512, the MuZero
-pseudocode's limit) the game is a draw.
+pseudocode's limit) the game is a draw. ``proven_values`` tells the true-simulator search which
+positions are won by a mate in one (cshogi's C++ mate finder).
 
 Actions (AlphaZero's 9 x 9 x 139 = 11,259), seen from the side to move (Gote's board is turned
 around): for a move, the square it starts from times 64 queen-like moves (8 directions x 1-8
@@ -220,6 +221,13 @@ class ShogiEnv(TurnGameEnv):
         elif len(new.moves) >= self.max_moves:
             new.done, new.result = True, f"{self.max_moves} moves"
         return new
+
+    def proven_values(self, states: Sequence[ShogiState]) -> np.ndarray:
+        """For each position, 1.0 when the player to move has a mate in one (cshogi's mate
+        finder, C++, about a microsecond a position; not called in check, where it does not
+        apply), else NaN (not known): the true-simulator search's values there."""
+        return np.array([1.0 if not s.done and not s.board.is_check()
+                         and s.board.mate_move_in_1ply() else np.nan for s in states])
 
     # ---- observations ------------------------------------------------------------------------
 

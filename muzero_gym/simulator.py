@@ -6,9 +6,13 @@ games: for an env that can copy and restore its whole state (``get_state()`` /
 a real game state. Expanding a node restores its parent's state into a scratch env, steps it with
 the chosen action and evaluates the real next observation with the network's representation +
 prediction. Rewards, terminal states and legal actions are then exact; the network only supplies
-values and priors. A terminal state absorbs: every action from it is legal, gives reward 0 and
-value 0. Chosen with ``search.simulator = true``; it needs ``env.num_stacked_observations = 1``
-and no action planes (the node's observation alone is the model input).
+values and priors, except where the env proves a position's outcome: an env with
+``proven_values(states)`` (for each position +1 when the player to move wins by force, -1 when
+they lose, NaN when not known; shogi's is a mate-in-one finder) has those values replace the
+network's, so a move that leaves the opponent a mate in one looks lost at its first visit. A
+terminal state absorbs: every action from it is legal, gives reward 0 and value 0. Chosen with
+``search.simulator = true``; it needs ``env.num_stacked_observations = 1`` and no action planes
+(the node's observation alone is the model input).
 
 An env that also offers ``simulate(states, actions)`` (the batched rules of
 :meth:`muzero_gym.envs.board.BoardGameEnv.simulate`) has each simulation's new nodes, one per
@@ -68,6 +72,8 @@ class SimulatorSearchAdapter:
             self.scratch.reset(seed=seed)
         simulate = getattr(self.scratch, "simulate", None)
         self._simulate = simulate if callable(simulate) else None
+        proven = getattr(self.scratch, "proven_values", None)
+        self._proven_values = proven if callable(proven) else None
         self.encoder = encoder
         self.num_actions = num_actions
         self.evaluator = ModelSearchAdapter(network, 0)
@@ -92,7 +98,7 @@ class SimulatorSearchAdapter:
             terminal, dtype=np.bool_)
         self._terminal = [[bool(t)] for t in terminal]
         value, logits = self.evaluator.initial(observations)
-        return np.where(terminal, 0.0, value), logits
+        return self._values(value, states, terminal), logits
 
     def recurrent_fn(self, parent_index: np.ndarray, action: np.ndarray, node_index: int
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -126,7 +132,20 @@ class SimulatorSearchAdapter:
             self._observations[b].append(observations[b])
             self._terminal[b].append(bool(terminal[b]))
         value, logits = self.evaluator.initial(observations)
-        return reward, np.where(terminal, 0.0, value), logits, legal, terminal
+        return reward, self._values(value, new_states, terminal), logits, legal, terminal
+
+    def _values(self, value: np.ndarray, states: Sequence[Any], terminal: np.ndarray
+                ) -> np.ndarray:
+        """The network's values, 0 at final states and the env's proven values where it has
+        them (see module doc)."""
+        value = np.where(terminal, 0.0, value)
+        live = np.flatnonzero(~terminal)
+        if self._proven_values is None or not len(live):
+            return value
+        proven = np.asarray(self._proven_values([states[b] for b in live]), dtype=np.float64)
+        known = ~np.isnan(proven)
+        value[live[known]] = proven[known]
+        return value
 
     def _play(self, states: list[Any], actions: np.ndarray) -> tuple[
             list[Any], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -64,6 +64,55 @@ def test_mate_rewards_the_mover():
     assert info["result"] == "checkmate"
 
 
+def test_mates_in_one_are_proven_wins_for_the_player_to_move():
+    env = ShogiEnv(history=1)
+    states = []
+    for sfen in ("4k4/9/4G4/9/9/9/9/9/4K4 b G 1",  # Sente to move: G*5b mates
+                 "4k4/9/4G4/9/9/9/9/9/4K4 w G 1",  # Gote to move: no mate
+                 "4k4/9/9/9/9/9/9/9/4K3r b G 1",  # Sente in check: not asked
+                 None):
+        env.reset(options=None if sfen is None else {"sfen": sfen})
+        states.append(env.get_state())
+    proven = env.proven_values(states)
+    assert proven[0] == 1.0 and np.isnan(proven[1:]).all()
+
+
+def test_the_search_takes_proven_values_over_the_networks():
+    """Gote to move, king on 5a, Sente's gold on 5c and one in hand: after either king move
+    Sente mates with a gold drop, so each child is worth +1 to Sente (to move there) whatever
+    the network says; the positions without a proven value keep the network's."""
+    import torch
+
+    from muzero_gym.agents.muzero import MuZeroAgent
+    from muzero_gym.config import load_config
+    from muzero_gym.environment import make_env
+    from muzero_gym.simulator import SimulatorSearchAdapter
+
+    agent = MuZeroAgent(load_config("shogi_cpu", TINY_SHOGI))
+    env = ShogiEnv(history=1)
+    adapters = [SimulatorSearchAdapter(agent.network.eval(), agent.encoder,
+                                       make_env(agent.config.env), agent.num_actions)
+                for _ in range(2)]
+    adapters[1]._proven_values = None  # the network's values alone
+    obs, info = env.reset(options={"sfen": "4k4/9/4G4/9/9/9/9/9/4K4 w G 1"})
+    moves = np.flatnonzero(info["action_mask"])
+    assert len(moves) == 2  # 5a4a and 5a6a: 5b, 4b and 6b are the gold's
+    start, _ = env.reset()
+    roots = [env.get_state()] * 2
+    env.reset(options={"sfen": "4k4/9/4G4/9/9/9/9/9/4K4 w G 1"})
+    roots += [env.get_state()] * 2
+    images = np.stack([start, start, obs, obs])
+    with torch.inference_mode():
+        root_values = [a.initial(images, roots)[0] for a in adapters]
+        children = [a.recurrent_fn(np.zeros(4, dtype=np.int64),
+                                   np.array([np.flatnonzero(env.legal_mask(roots[0]))[0],
+                                             np.flatnonzero(env.legal_mask(roots[0]))[1],
+                                             *moves]), 1)[1] for a in adapters]
+    np.testing.assert_array_equal(root_values[0], root_values[1])  # nothing proven at the roots
+    np.testing.assert_array_equal(children[0][:2], children[1][:2])
+    assert children[0][2:].tolist() == [1.0, 1.0] and (children[1][2:] != 1.0).all()
+
+
 def test_fourth_repetition_is_a_draw():
     env = ShogiEnv(history=1)
     env.reset()
