@@ -70,10 +70,14 @@ def _stop_signals() -> Iterator[None]:
     run the way Ctrl-C does. A signal the process was started ignoring stays ignored: a run
     under ``nohup`` outlives its terminal."""
     def stop(signum: int, frame: object) -> None:
+        from muzero_gym.run_folder import defer_stop, stops_deferred
+
         _received.append(signum)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Stopped(signum)
+        interrupt = KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+        if stops_deferred():  # a checkpoint is being written: stop once it is whole
+            defer_stop(interrupt)
+            return
+        raise interrupt
 
     names = [s for s in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, s)
              and signal.getsignal(getattr(signal, s)) not in (signal.SIG_IGN, None)]

@@ -411,3 +411,19 @@ def test_a_run_started_ignoring_sighup_keeps_ignoring_it():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_a_stop_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_whole(tmp_path):
+    from muzero_gym import cli, run_folder
+
+    def write(file):
+        file.write(b"first half, ")
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, in the write
+        for _ in range(1000):
+            file.write(b"")
+        file.write(b"second half")
+
+    with cli._stop_signals(), pytest.raises(cli.Stopped):
+        run_folder.atomic_write(tmp_path / "checkpoint.pt", write, "checkpoint")
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"first half, second half"
+    assert not run_folder.stops_deferred()
