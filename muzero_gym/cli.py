@@ -33,6 +33,7 @@ import numpy as np
 
 from muzero_gym.config import ConfigError, check_execution_overrides, list_presets, load_config
 from muzero_gym.envs.opponents import OPPONENTS
+from muzero_gym.run_folder import defer_stop, stops_deferred
 
 
 class Stopped(KeyboardInterrupt):
@@ -70,8 +71,6 @@ def _stop_signals() -> Iterator[None]:
     run the way Ctrl-C does. A signal the process was started ignoring stays ignored: a run
     under ``nohup`` outlives its terminal."""
     def stop(signum: int, frame: object) -> None:
-        from muzero_gym.run_folder import defer_stop, stops_deferred
-
         _received.append(signum)
         interrupt = KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
         if stops_deferred():  # a checkpoint is being written: stop once it is whole

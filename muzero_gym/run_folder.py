@@ -26,6 +26,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -103,7 +104,12 @@ def defer_stop(stop: BaseException) -> None:
 
 @contextlib.contextmanager
 def deferred_stops():
-    """Work inside runs to its end; a stop deferred meanwhile is raised afterwards."""
+    """Work inside runs to its end; a stop deferred meanwhile is raised afterwards. Only the
+    main thread's work is guarded: Python runs signal handlers there alone, so no stop can
+    interrupt another thread's (nor be raised in it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _deferral["depth"] += 1
     try:
         yield

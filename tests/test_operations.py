@@ -427,3 +427,16 @@ def test_a_stop_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_w
         run_folder.atomic_write(tmp_path / "checkpoint.pt", write, "checkpoint")
     assert (tmp_path / "checkpoint.pt").read_bytes() == b"first half, second half"
     assert not run_folder.stops_deferred()
+
+
+def test_only_the_main_threads_writes_defer_stops(tmp_path):
+    from muzero_gym import run_folder
+
+    seen = []
+    writer = threading.Thread(target=run_folder.atomic_write, args=(
+        tmp_path / "replay.pt", lambda file: seen.append(run_folder.stops_deferred()), "replay"))
+    writer.start()
+    writer.join()
+    run_folder.atomic_write(tmp_path / "checkpoint.pt",
+                            lambda file: seen.append(run_folder.stops_deferred()), "checkpoint")
+    assert seen == [False, True] and not run_folder.stops_deferred()

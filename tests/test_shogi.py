@@ -94,20 +94,17 @@ def test_the_search_takes_proven_values_over_the_networks():
                                        make_env(agent.config.env), agent.num_actions)
                 for _ in range(2)]
     adapters[1]._proven_values = None  # the network's values alone
+    start, info = env.reset()
+    start_state, opening = env.get_state(), np.flatnonzero(info["action_mask"])[:2]
     obs, info = env.reset(options={"sfen": "4k4/9/4G4/9/9/9/9/9/4K4 w G 1"})
     moves = np.flatnonzero(info["action_mask"])
     assert len(moves) == 2  # 5a4a and 5a6a: 5b, 4b and 6b are the gold's
-    start, _ = env.reset()
-    roots = [env.get_state()] * 2
-    env.reset(options={"sfen": "4k4/9/4G4/9/9/9/9/9/4K4 w G 1"})
-    roots += [env.get_state()] * 2
+    roots = [start_state] * 2 + [env.get_state()] * 2
     images = np.stack([start, start, obs, obs])
     with torch.inference_mode():
         root_values = [a.initial(images, roots)[0] for a in adapters]
         children = [a.recurrent_fn(np.zeros(4, dtype=np.int64),
-                                   np.array([np.flatnonzero(env.legal_mask(roots[0]))[0],
-                                             np.flatnonzero(env.legal_mask(roots[0]))[1],
-                                             *moves]), 1)[1] for a in adapters]
+                                   np.concatenate([opening, moves]), 1)[1] for a in adapters]
     np.testing.assert_array_equal(root_values[0], root_values[1])  # nothing proven at the roots
     np.testing.assert_array_equal(children[0][:2], children[1][:2])
     assert children[0][2:].tolist() == [1.0, 1.0] and (children[1][2:] != 1.0).all()
