@@ -18,6 +18,7 @@ from muzero_gym.envs.board import IllegalMoveError  # noqa: E402
 from muzero_gym.envs.chess_game import (  # noqa: E402
     NUM_ACTIONS,
     ChessEnv,
+    _checking_moves,
     decode_action,
     encode_move,
 )
@@ -209,3 +210,37 @@ def test_the_true_rules_search_mates_in_one_with_either_colour(fen, mate):
     env = ChessEnv()
     observation, info = env.reset(options={"fen": fen})
     assert env.san_of_action(agent.predict(observation, info=info, env=env)) == mate
+
+
+@pytest.mark.parametrize("fen, mate", [
+    ("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 1", "Ra8#"),  # back rank
+    ("3rk3/3p1p2/8/4N3/8/8/8/4R1K1 w - - 0 1", "Ng6#"),  # the knight uncovers the rook
+    ("k7/2P5/1K6/8/8/8/8/8 w - - 0 1", "c8=Q#"),  # a promotion
+    ("r5k1/8/8/8/8/8/5PPP/6K1 b - - 0 1", "Ra1#"),  # Black to move
+])
+def test_mates_in_one_are_proven_wins_for_the_player_to_move(fen, mate):
+    env = ChessEnv()
+    env.reset(options={"fen": fen})
+    mating, other_side = env.get_state(), env.initial_state(fen.replace(
+        " w ", " x ").replace(" b ", " w ").replace(" x ", " b "))
+    env.step(env.action_of_san(mate))
+    assert env.state.result == "checkmate"  # the example is what it says
+    assert env.proven_values([mating]).tolist() == [1.0]
+    assert np.isnan(env.proven_values([other_side, env.state, env.initial_state()])).all()
+
+
+def test_every_checking_move_is_among_those_tried_for_a_mate():
+    """On positions of random games (castling, en passant, promotions and discovered checks
+    among them), every legal move that gives check is one the mate finder tries."""
+    rng = np.random.default_rng(0)
+    board, checks = chess.Board(), 0
+    for _ in range(3000):
+        if board.is_game_over():
+            board = chess.Board()
+        tried = set(_checking_moves(board))
+        giving_check = {m for m in board.legal_moves if board.gives_check(m)}
+        assert giving_check <= tried <= set(board.legal_moves), board.fen()
+        checks += len(giving_check)
+        moves = list(board.legal_moves)
+        board.push(moves[rng.integers(len(moves))])
+    assert checks > 1000
