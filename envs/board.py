@@ -17,8 +17,9 @@ offer to be played by muzero_gym with ``env.num_players = 2``):
   "repetition", "512 moves", ...); matches (:mod:`muzero_gym.arena`) count the games won, drawn
   and lost of each way.
 - Optionally, ``proven_values(states)``: for each position +1 when the player to move wins by
-  force, -1 when they lose, NaN when not known (shogi: a mate in one). The true-simulator search
-  takes these values instead of the network's (:mod:`muzero_gym.simulator`).
+  force, -1 when they lose, NaN when not known (shogi and chess: a mate in one; the board games
+  here: a line completed with one move, or two threats of the opponent's). The true-simulator
+  search takes these values instead of the network's (:mod:`muzero_gym.simulator`).
 - Optionally, ``simulate(states, actions)`` plays one move in each of many positions at once
   (see :meth:`BoardGameEnv.simulate`); the search then expands a whole batch of nodes in one call
   instead of one ``set_state``/``step``/``get_state`` round per node.
@@ -275,6 +276,39 @@ class BoardGameEnv(TurnGameEnv):
         masks = self.legal_masks(boards) & ~done[:, None]
         observations = self.observe_boards(boards, next_to_play) if observe else None
         return new_states, observations, wins.astype(np.float64), done, masks
+
+    def proven_values(self, states: Sequence[BoardState]) -> np.ndarray:
+        """For each position, +1 when the player to move completes a line with their move, -1
+        when they cannot and the opponent threatens to complete one with two different moves
+        (one stone cannot block both), else NaN (not known): the true-simulator search's values
+        there (see the module doc)."""
+        values = np.full(len(states), np.nan)
+        live = [i for i, state in enumerate(states) if not state.done]
+        if not live:
+            return values
+        boards = np.stack([states[i].board for i in live])
+        to_play = np.fromiter((states[i].to_play for i in live), dtype=np.int8, count=len(live))
+        mover_wins = self.winning_moves(boards, to_play + 1).any(axis=1)
+        opponent_threats = self.winning_moves(boards, 2 - to_play).sum(axis=1)
+        values[live] = np.where(mover_wins, 1.0, np.where(opponent_threats >= 2, -1.0, np.nan))
+        return values
+
+    def winning_moves(self, boards: np.ndarray, stones: np.ndarray) -> np.ndarray:
+        """[B, num_actions] bool: the legal moves on ``boards`` [B, rows, cols] with which a
+        stone of ``stones`` [B] (1 or 2) would complete a line, whoever is to move."""
+        batch = len(boards)
+        legal = self.legal_masks(boards)
+        flat = boards.reshape(batch, -1)
+        rows_of_batch = np.arange(batch)[:, None, None]
+        wins = np.zeros_like(legal)
+        for action in np.flatnonzero(legal.any(axis=0)):
+            rows, cols = self.target_cells(boards, np.full(batch, action))
+            cells = np.where(legal[:, action], rows * self.cols + cols, 0)  # 0: not played
+            lines = self._lines[cells]  # [B, K, connect]
+            complete = (flat[rows_of_batch, lines] == stones[:, None, None]) | (
+                lines == cells[:, None, None])
+            wins[:, action] = legal[:, action] & complete.all(axis=2).any(axis=1)
+        return wins
 
     def heuristic(self, state: BoardState) -> float:
         """Estimated value in (-1, 1) of an undecided position for the player to move (used by

@@ -156,6 +156,63 @@ def test_batched_rules_agree_with_a_brute_force_referee_in_random_games(env_id):
         assert terminated == done[i]
 
 
+
+def _board(rows: list[str]) -> np.ndarray:
+    """A board from text: X the first player's stones, O the second's, . empty."""
+    return np.array([[".XO".index(c) for c in row] for row in rows], dtype=np.int8)
+
+
+C4_THREE_IN_THE_BOTTOM_ROW = _board([".......", ".......", ".......", ".......",
+                                     "..OO...", ".XXX..."])
+
+
+@pytest.mark.parametrize("env_id, board, to_play, value", [
+    # Tic-tac-toe: X completes the top row
+    ("muzero_gym/TicTacToe-v0", _board(["XX.", "O..", "O.."]), 0, 1.0),
+    # O to move has no line to complete, and X only one threat to block
+    ("muzero_gym/TicTacToe-v0", _board(["XX.", "O..", "O.."]), 1, np.nan),
+    # Connect Four: X to move completes the bottom row at either end
+    ("muzero_gym/ConnectFour-v0", C4_THREE_IN_THE_BOTTOM_ROW, 0, 1.0),
+    # O to move cannot block both ends: lost
+    ("muzero_gym/ConnectFour-v0", C4_THREE_IN_THE_BOTTOM_ROW, 1, -1.0),
+    # X has no line to complete; O's three in row 4 waits for cells not playable yet
+    ("muzero_gym/ConnectFour-v0", _board([".......", ".......", ".......", ".......",
+                                          ".OOO...", ".XXO.XX"]), 0, np.nan),
+    ("muzero_gym/ConnectFour-v0", np.zeros((6, 7), dtype=np.int8), 0, np.nan),
+])
+def test_board_games_prove_a_win_in_one_and_a_double_threat(env_id, board, to_play, value):
+    env = gym.make(env_id).unwrapped
+    proven = env.proven_values([BoardState(board, to_play),
+                                BoardState(board, to_play, winner=0, done=True)])
+    np.testing.assert_array_equal(proven, [value, np.nan])
+
+
+@pytest.mark.parametrize("env_id", ["muzero_gym/TicTacToe-v0", "muzero_gym/ConnectFour-v0"])
+def test_proven_values_agree_with_playing_every_move_in_random_games(env_id):
+    """+1 exactly where some legal move wins; -1 exactly where none does and, were the
+    opponent to move, two or more of theirs would."""
+    env = gym.make(env_id).unwrapped
+    rng = np.random.default_rng(1)
+
+    def wins(state):
+        legal = np.flatnonzero(env.legal_mask(state))
+        return int(env.simulate([state] * len(legal), legal, observe=False)[2].sum())
+
+    counts = {1.0: 0, -1.0: 0}
+    for _ in range(15):
+        env.reset()
+        done = False
+        while not done:
+            state = env.get_state()
+            value = env.proven_values([state])[0]
+            mine = wins(state)
+            theirs = wins(BoardState(state.board.copy(), 1 - state.to_play))
+            expected = 1.0 if mine else -1.0 if theirs >= 2 else np.nan
+            np.testing.assert_array_equal(value, expected)
+            counts[value] = counts.get(value, 0) + 1
+            done = env.step(int(rng.choice(np.flatnonzero(env.legal_mask(state)))))[2]
+    assert counts[1.0] > 10 and counts[-1.0] > 2
+
 def test_batched_rules_refuse_an_illegal_move_anywhere_in_the_batch():
     env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
     env.reset()
