@@ -402,7 +402,11 @@ def test_evaluation_and_play_search_with_eval_simulations():
     assert agent.search_games([game], [env]).visit_counts.sum() == 9
 
 
-def test_evaluation_and_play_search_with_eval_pb_c_init():
+def test_evaluation_and_play_search_with_eval_pb_c_init(monkeypatch):
+    from muzero_gym.envs.tictactoe import TicTacToeEnv
+
+    # the network's values alone: the rules' proven wins would decide the search by themselves
+    monkeypatch.setattr(TicTacToeEnv, "proven_values", None)
     default = load_config("tictactoe").search.pb_c_init
     flat = ["search.eval_simulations=40", "search.exploration_constant=0"]
     greedy = tictactoe_agent(extra=[*flat, "search.eval_pb_c_init=0"])
