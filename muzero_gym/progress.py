@@ -39,12 +39,12 @@ class Progress:
             return
         self._last_draw = now
         self._last_decile = decile
-        rate = (count - self.start_count) / max(now - self.start_time, 1e-9)
         width = 24
         filled = min(width, count * width // self.total)
         extra = "".join(f" | {k.replace('_', ' ')} {v}" for k, v in fields.items())
+        rate = rate_text(count - self.start_count, now - self.start_time, self.unit)
         line = (f"[{'#' * filled}{'.' * (width - filled)}] {count:,}/{self.total:,} {self.unit}"
-                f"{extra} | {rate:,.0f} {self.unit}/s")
+                f"{extra} | {rate}")
         if self.interactive:
             self.stream.write("\r" + line + "\033[K")
             self._drew = True
@@ -56,3 +56,15 @@ class Progress:
         if self.enabled and self.interactive and self._drew:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def rate_text(done: int, seconds: float, unit: str) -> str:
+    """How fast the work goes: ``1,234 env steps/s``, ``2.5 games/s``, or, below one a second,
+    the seconds each takes (``45 s/game``), so that slow work does not read ``0 games/s``."""
+    rate = done / max(seconds, 1e-9)
+    if done == 0 or rate >= 10:
+        return f"{rate:,.0f} {unit}/s"
+    if rate >= 1:
+        return f"{rate:.1f} {unit}/s"
+    singular = unit[:-1] if unit.endswith("s") else unit
+    return f"{seconds / done:,.0f} s/{singular}"
