@@ -377,7 +377,7 @@ def test_play_command_with_piped_input(tmp_path):
     path = agent.save(tmp_path / "agent.pt", include_replay=False)
     done = subprocess.run([sys.executable, "-m", "muzero_gym.cli", "play", str(path),
                            "--human-first"], input="x\n0\n1\n2\n3\n4\n5\n6\n7\n8\n",
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "'x' is not a move" in done.stdout
     assert "won" in done.stdout or "draw" in done.stdout or "quit" in done.stdout
