@@ -18,8 +18,9 @@ offer to be played by muzero_gym with ``env.num_players = 2``):
   and lost of each way.
 - Optionally, ``proven_values(states)``: for each position +1 when the player to move wins by
   force, -1 when they lose, NaN when not known (shogi and chess: a mate in one; the board games
-  here: a line completed with one move, or two threats of the opponent's). The true-simulator
-  search takes these values instead of the network's (:mod:`muzero_gym.simulator`).
+  here: a line completed with one move, or two threats of the opponent's, or one whose block
+  leaves another). The true-simulator search takes these values instead of the network's
+  (:mod:`muzero_gym.simulator`).
 - Optionally, ``simulate(states, actions)`` plays one move in each of many positions at once
   (see :meth:`BoardGameEnv.simulate`); the search then expands a whole batch of nodes in one call
   instead of one ``set_state``/``step``/``get_state`` round per node.
@@ -278,19 +279,29 @@ class BoardGameEnv(TurnGameEnv):
         return new_states, observations, wins.astype(np.float64), done, masks
 
     def proven_values(self, states: Sequence[BoardState]) -> np.ndarray:
-        """For each position, +1 when the player to move completes a line with their move, -1
+        """For each position, +1 when the player to move completes a line with their move; -1
         when they cannot and the opponent threatens to complete one with two different moves
-        (one stone cannot block both), else NaN (not known): the true-simulator search's values
-        there (see the module doc)."""
+        (one stone cannot block both), or with one move whose block leaves the opponent another
+        (Connect Four's threat stacked on a threat); else NaN (not known): the true-simulator
+        search's values there (see the module doc)."""
         values = np.full(len(states), np.nan)
         live = [i for i, state in enumerate(states) if not state.done]
         if not live:
             return values
         boards = np.stack([states[i].board for i in live])
         to_play = np.fromiter((states[i].to_play for i in live), dtype=np.int8, count=len(live))
+        opponent = 2 - to_play
         mover_wins = self.winning_moves(boards, to_play + 1).any(axis=1)
-        opponent_threats = self.winning_moves(boards, 2 - to_play).sum(axis=1)
-        values[live] = np.where(mover_wins, 1.0, np.where(opponent_threats >= 2, -1.0, np.nan))
+        threats = self.winning_moves(boards, opponent)
+        count = threats.sum(axis=1)
+        lost = ~mover_wins & (count >= 2)
+        forced = np.flatnonzero(~mover_wins & (count == 1))  # one block, and it must be played
+        if len(forced):
+            blocked = boards[forced].copy()
+            rows, cols = self.target_cells(blocked, threats[forced].argmax(axis=1))
+            blocked[np.arange(len(forced)), rows, cols] = to_play[forced] + 1
+            lost[forced] = self.winning_moves(blocked, opponent[forced]).any(axis=1)
+        values[live] = np.where(mover_wins, 1.0, np.where(lost, -1.0, np.nan))
         return values
 
     def winning_moves(self, boards: np.ndarray, stones: np.ndarray) -> np.ndarray:

@@ -179,6 +179,9 @@ C4_THREE_IN_THE_BOTTOM_ROW = _board([".......", ".......", ".......", ".......",
     ("muzero_gym/ConnectFour-v0", _board([".......", ".......", ".......", ".......",
                                           ".OOO...", ".XXO.XX"]), 0, np.nan),
     ("muzero_gym/ConnectFour-v0", np.zeros((6, 7), dtype=np.int8), 0, np.nan),
+    # O to move must block X's bottom row in column 3, which opens X's row above it: lost
+    ("muzero_gym/ConnectFour-v0", _board([".......", ".......", ".......", "OOO....",
+                                          "XXX....", "XXX..OO"]), 1, -1.0),
 ])
 def test_board_games_prove_a_win_in_one_and_a_double_threat(env_id, board, to_play, value):
     env = gym.make(env_id).unwrapped
@@ -190,15 +193,19 @@ def test_board_games_prove_a_win_in_one_and_a_double_threat(env_id, board, to_pl
 @pytest.mark.parametrize("env_id", ["muzero_gym/TicTacToe-v0", "muzero_gym/ConnectFour-v0"])
 def test_proven_values_agree_with_playing_every_move_in_random_games(env_id):
     """+1 exactly where some legal move wins; -1 exactly where none does and, were the
-    opponent to move, two or more of theirs would."""
+    opponent to move, two or more of theirs would, or one would and playing it leaves the
+    opponent a winning move."""
     env = gym.make(env_id).unwrapped
     rng = np.random.default_rng(1)
 
-    def wins(state):
+    def children(state):
         legal = np.flatnonzero(env.legal_mask(state))
-        return int(env.simulate([state] * len(legal), legal, observe=False)[2].sum())
+        return env.simulate([state] * len(legal), legal, observe=False)
 
-    counts = {1.0: 0, -1.0: 0}
+    def wins(state):
+        return int(children(state)[2].sum())
+
+    counts = {1.0: 0, -1.0: 0, "stacked": 0}
     for _ in range(15):
         env.reset()
         done = False
@@ -207,11 +214,16 @@ def test_proven_values_agree_with_playing_every_move_in_random_games(env_id):
             value = env.proven_values([state])[0]
             mine = wins(state)
             theirs = wins(BoardState(state.board.copy(), 1 - state.to_play))
-            expected = 1.0 if mine else -1.0 if theirs >= 2 else np.nan
+            stacked = theirs == 1 and all(not child.done and wins(child)
+                                          for child in children(state)[0])
+            expected = 1.0 if mine else -1.0 if theirs >= 2 or stacked else np.nan
             np.testing.assert_array_equal(value, expected)
             counts[value] = counts.get(value, 0) + 1
+            counts["stacked"] += stacked and not mine
             done = env.step(int(rng.choice(np.flatnonzero(env.legal_mask(state)))))[2]
     assert counts[1.0] > 10 and counts[-1.0] > 2
+    # a block in tic-tac-toe opens no cell; in Connect Four it opens the one above
+    assert (counts["stacked"] > 0) == env_id.endswith("ConnectFour-v0")
 
 def test_batched_rules_refuse_an_illegal_move_anywhere_in_the_batch():
     env = gym.make("muzero_gym/ConnectFour-v0").unwrapped
