@@ -2,10 +2,14 @@
 
 Trains the ``pong`` preset (atari100k protocol) for ``--minutes`` of wall-clock time with the
 learner and the self-play inference on the GPU, bfloat16 autocast in the learner, 64 envs in
-ale-py's native vector env, and prints throughput and peak GPU memory. Run it unattended through
+ale-py's native vector env, and prints throughput and peak GPU memory; then where one learner
+step's time goes (sampling, the step itself, CUDA kernels launched per step) and, with
+``--compile MODE``, the same step with the network's inference functions under
+``torch.compile(mode=MODE)`` (a probe: training does not use it). Run it unattended through
 ``tests/benchmarks/atari_gpu.sh`` (installs the package first); it ends within 8 minutes.
 
     python tests/benchmarks/atari_gpu.py [--minutes 5] [--num-envs 64] [--set section.key=value]
+        [--compile reduce-overhead] [--device cpu]  (--device cpu: a smoke test of the script)
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
 import torch
 
 from muzero_gym.agents.muzero import MuZeroAgent
@@ -24,12 +29,16 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--compile", default=None, help="torch.compile mode of the probe")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this benchmark needs a GPU")
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    print(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}")
     config = load_config("pong", [
-        "train.device=cuda", "train.inference_device=cuda", "train.mixed_precision=true",
+        f"train.device={args.device}", f"train.inference_device={args.device}",
+        f"train.mixed_precision={str(cuda).lower()}",
         f"env.num_envs={args.num_envs}", "train.eval_interval=0", "log.progress=false",
         "train.warmup_transitions=2000", "model.kind=resnet_small", *args.overrides])
     agent = MuZeroAgent(config)
@@ -55,16 +64,83 @@ def main() -> None:
         total = sum(timings.values())
         print("self-play time split: " + ", ".join(f"{k} {v / total:.0%}"
                                                    for k, v in timings.items()))
-    print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    if cuda:
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     # One learner step alone (sampling in the background thread, as in training).
     agent.train_steps(5)
-    torch.cuda.synchronize()
-    count, start = 50, time.perf_counter()
+    _sync(cuda)
+    count, start = 50 if cuda else 3, time.perf_counter()
     agent.train_steps(count)
-    torch.cuda.synchronize()
+    _sync(cuda)
     print(f"learner step: {(time.perf_counter() - start) / count * 1000:.1f} ms "
           f"(batch {config.train.batch_size}, K = {config.train.num_unroll_steps})")
+    learner_breakdown(agent, cuda, count)
+    if args.compile:
+        try:
+            compiled_step(agent, cuda, count, args.compile)
+        except Exception as error:  # a probe: report and carry on
+            print(f"torch.compile(mode={args.compile!r}) failed: {type(error).__name__}: "
+                  f"{str(error).splitlines()[0] if str(error) else ''}")
     agent.close()
+
+
+def _sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def _timed_steps(agent: MuZeroAgent, batch, cuda: bool, count: int) -> float:
+    """Mean ms of ``learner.train_step`` on one batch (the copy to the device included)."""
+    learner = agent.learner_worker.learner
+    learner.train_step(batch)
+    _sync(cuda)
+    start = time.perf_counter()
+    for _ in range(count):
+        learner.train_step(batch)
+    _sync(cuda)
+    return (time.perf_counter() - start) / count * 1000
+
+
+def learner_breakdown(agent: MuZeroAgent, cuda: bool, count: int) -> None:
+    """Sampling and the step apart, each timed alone, and the CUDA kernels of one step."""
+    worker = agent.learner_worker
+    start = time.perf_counter()
+    for _ in range(count):
+        batch = worker._sample(worker.learner.training_step, pinned=cuda)
+    sample_ms = (time.perf_counter() - start) / count * 1000
+    step_ms = _timed_steps(agent, batch, cuda, count)
+    print(f"  replay.sample (+ pinning): {sample_ms:.1f} ms; learner.train_step: {step_ms:.1f} ms")
+    if not cuda:
+        return
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as profile:
+        worker.learner.train_step(batch)
+        torch.cuda.synchronize()
+    events = profile.events()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu_ms = sum(e.device_time for e in kernels) / 1000
+    print(f"  one step: {len(kernels)} CUDA kernels/copies, {gpu_ms:.1f} ms of GPU time "
+          f"(the rest of the step is the host launching them)")
+    table = profile.key_averages().table(sort_by="device_time_total", row_limit=12)
+    print(table)
+
+
+def compiled_step(agent: MuZeroAgent, cuda: bool, count: int, mode: str) -> None:
+    """The learner step with ``initial_inference`` and ``recurrent_inference`` compiled."""
+    net = agent.learner_worker.learner.network
+    net.initial_inference = torch.compile(net.initial_inference, mode=mode)
+    net.recurrent_inference = torch.compile(net.recurrent_inference, mode=mode)
+    worker = agent.learner_worker
+    batch = worker._sample(worker.learner.training_step, pinned=cuda)
+    start = time.perf_counter()
+    for _ in range(3):  # compiles (and records the graphs) on the first calls
+        worker.learner.train_step(batch)
+    _sync(cuda)
+    print(f"torch.compile(mode={mode!r}): compiled in {time.perf_counter() - start:.0f} s")
+    step_ms = _timed_steps(agent, batch, cuda, count)
+    losses = [worker.learner.train_step(batch)["total"] for _ in range(3)]
+    print(f"  learner.train_step compiled: {step_ms:.1f} ms; losses finite: "
+          f"{bool(np.isfinite(losses).all())}")
 
 
 if __name__ == "__main__":
