@@ -60,7 +60,8 @@ def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fractio
                                                    + batch.bootstrap_scale[rows, steps]
                                                    * result.root_value)
         if refresh_policy:
-            mask = batch.unrolled.valid & batch.policy_mask & chosen[:, None]
+            # np.asarray: on a GPU learner the mask may already be a pinned host tensor
+            mask = batch.unrolled.valid & np.asarray(batch.policy_mask) & chosen[:, None]
             rows, steps, result = _search(network, search, batch.unrolled, mask, rng)
             if result is not None:
                 batch.target_policy[rows, steps] = result.search_policy

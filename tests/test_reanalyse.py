@@ -74,6 +74,23 @@ def test_values_left_out_keep_their_targets_while_policies_refresh():
     assert not np.allclose(batch.target_policy[batch.policy_mask], 0.5)
 
 
+def test_a_gpu_learners_pinned_arrays_reanalyse_as_numpy_ones():
+    """On a GPU the learner hands reanalyse batches whose read-only arrays are already host
+    tensors (pinned for the copy to the device): the same targets as with numpy arrays."""
+    net, search, batch = network_search_and_batch()
+    _, _, as_tensors = network_search_and_batch()
+    for name in ("observations", "actions", "target_reward", "value_mask", "policy_mask",
+                 "weights"):  # what pin_batch turns into tensors (here without pinning)
+        setattr(as_tensors, name, torch.from_numpy(getattr(as_tensors, name)))
+    for refresh_values in (True, False):
+        assert reanalyse(batch, net, search, 0.5, np.random.default_rng(2), refresh_policy=True,
+                         refresh_values=refresh_values) > 0
+        assert reanalyse(as_tensors, net, search, 0.5, np.random.default_rng(2),
+                         refresh_policy=True, refresh_values=refresh_values) > 0
+        np.testing.assert_array_equal(as_tensors.target_value, batch.target_value)
+        np.testing.assert_array_equal(as_tensors.target_policy, batch.target_policy)
+
+
 def test_reanalyse_needs_the_inputs():
     net = build_network(ModelConfig(hidden_size=8, layer_size=16), (3,), 2)
     search = BatchedMCTS(SearchSettings(num_simulations=2), 2)
