@@ -11,7 +11,8 @@ two-hot targets on the supports, and the gradient entering the dynamics function
 Weight decay is the optimizer's L2 term, as in the reference. With ``consistency_loss_weight``
 > 0, EfficientZero's self-supervised consistency loss (negative cosine similarity between the
 projected unrolled hidden state and the stop-gradient projection of the real next observation's
-representation) is added per unrolled step. The learning rate follows
+representation) is added per unrolled step. On a GPU the step is recorded once as a CUDA graph
+and replayed (:mod:`muzero_gym.cuda_graph_step`). The learning rate follows
 ``lr_init * lr_decay_rate ** (step / lr_decay_steps)`` after an optional linear warm-up. A target
 network, refreshed every ``target_update_interval`` steps (or Polyak-averaged every step with
 ``target_update_tau``), supplies bootstrap values when
@@ -28,6 +29,7 @@ import torch
 from torch.nn import functional as F
 
 from muzero_gym.config import TrainConfig
+from muzero_gym.cuda_graph_step import CapturedStep, input_signature, set_learning_rate
 from muzero_gym.networks import MuZeroNetwork, scale_gradient
 from muzero_gym.replay import Batch
 from muzero_gym.support import scalar_to_support
@@ -98,6 +100,11 @@ class Learner:
         else:
             self.optimizer = torch.optim.Adam(groups, lr=config.lr_init, **fused)
         self.training_step = 0
+        # Recorded steps by input signature (see muzero_gym.cuda_graph_step).
+        self._captured: dict[tuple, CapturedStep] = {}
+        self.uses_cuda_graphs = (self.device.type == "cuda" and config.cuda_graphs
+                                 and config.bootstrap_source == "search"
+                                 and config.consistency_loss_weight == 0)
 
     def _tensor(self, array: np.ndarray | torch.Tensor,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -193,28 +200,57 @@ class Learner:
         """One optimizer step. Returns the losses, lr, grad norm and new priorities [B]."""
         self.network.train()
         lr = learning_rate(self.config, self.training_step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        use_amp = self.config.mixed_precision and self.device.type == "cuda"
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp):
-            total, parts, priorities = self.compute_loss(batch)
-        if not torch.isfinite(total):  # stop before the step writes NaN into the weights
-            self._diverged(f"the loss is {float(total.detach())}")
-        self.optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.network.parameters(), max_norm)
-        if not torch.isfinite(grad_norm):
-            self._diverged(f"the gradient norm is {float(grad_norm)}")
-        self.optimizer.step()
+        if self.uses_cuda_graphs:
+            step = self._captured.get(input_signature(batch))
+            if step is None:
+                step = self._captured[input_signature(batch)] = CapturedStep(
+                    self._step_body, batch, self.network, self.optimizer, self.device)
+            out = step.replay(batch, lr)
+            total, grad_norm = float(out["total"]), float(out["grad_norm"])
+            if not (np.isfinite(total) and np.isfinite(grad_norm)):
+                step.restore()  # the replay has updated: back to the weights before it
+                self._diverged(f"the loss is {total}" if not np.isfinite(total)
+                               else f"the gradient norm is {grad_norm}")
+        else:
+            set_learning_rate(self.optimizer, lr)
+            with self._autocast():
+                loss, parts, priorities = self.compute_loss(batch)
+            if not torch.isfinite(loss):  # stop before the step writes NaN into the weights
+                self._diverged(f"the loss is {float(loss.detach())}")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = self._clip_gradients()
+            if not torch.isfinite(norm):
+                self._diverged(f"the gradient norm is {float(norm)}")
+            self.optimizer.step()
+            out = {"total": loss.detach(), **parts, "grad_norm": norm, "priorities": priorities}
         self.training_step += 1
         if self.config.target_update_tau > 0:
             self.average_into_target_network(self.config.target_update_tau)
         elif self.training_step % self.config.target_update_interval == 0:
             self.update_target_network()
-        return {"total": float(total.detach()), **{k: float(v) for k, v in parts.items()},
-                "lr": lr, "grad_norm": float(grad_norm),
-                "priorities": priorities.float().cpu().numpy()}
+        return {**{k: float(out[k]) for k in ("total", "value", "reward", "policy",
+                                                "consistency", "grad_norm")},
+                "lr": lr, "priorities": out["priorities"].float().cpu().numpy()}
+
+    def _step_body(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Loss, backward, clipping and update with no host synchronisation (what a CUDA graph
+        records; gradients must be unset before)."""
+        with self._autocast(cache_enabled=False):  # a recorded region keeps no autocast cache
+            loss, parts, priorities = self.compute_loss(batch)
+        loss.backward()
+        norm = self._clip_gradients()
+        self.optimizer.step()
+        return {"total": loss.detach(), **parts, "grad_norm": norm, "priorities": priorities}
+
+    def _autocast(self, cache_enabled: bool = True) -> torch.autocast:
+        use_amp = self.config.mixed_precision and self.device.type == "cuda"
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_amp,
+                              cache_enabled=cache_enabled)
+
+    def _clip_gradients(self) -> torch.Tensor:
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
+        return torch.nn.utils.clip_grad_norm_(self.network.parameters(), max_norm)
 
     def _diverged(self, what: str) -> None:
         raise TrainingDivergedError(
@@ -234,16 +270,21 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain numbers only (loadable with ``weights_only=True``)."""
+        optimizer = self.optimizer.state_dict()
+        for group in optimizer["param_groups"]:  # as a learner of any device loads them
+            group["lr"] = float(group["lr"])
+            if group.get("capturable"):
+                group["capturable"] = False
         return {"network": self.network.state_dict(),
                 "target_network": self.target_network.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "training_step": self.training_step}
+                "optimizer": optimizer, "training_step": self.training_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.network.load_state_dict(state["network"])
         self.target_network.load_state_dict(state["target_network"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.training_step = int(state["training_step"])
+        self._captured.clear()  # recorded against the optimizer state just replaced
 
 
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

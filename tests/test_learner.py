@@ -9,9 +9,9 @@ from gymnasium import spaces
 
 from muzero_gym.config import ConfigError, ModelConfig, ReplayConfig, TrainConfig
 from muzero_gym.game import Game, ObservationEncoder
-from muzero_gym.learner import Learner, learning_rate
+from muzero_gym.learner import Learner, TrainingDivergedError, learning_rate
 from muzero_gym.networks import build_network
-from muzero_gym.replay import ReplayBuffer
+from muzero_gym.replay import Batch, ReplayBuffer
 
 ENCODER = ObservationEncoder(spaces.Box(-5, 5, (3,)))
 
@@ -259,3 +259,83 @@ def test_early_unroll_steps_unroll_shallower_first_then_the_full_k(prefetch):
     worker.train(3)
     worker.train(3)
     assert depths == [1, 1, 1, 1, 3, 3]
+
+
+def random_image_batch(seed: int, batch_size: int = 32, num_unroll: int = 3,
+                       num_actions: int = 4, shape=(2, 12, 12)) -> Batch:
+    """A batch of random uint8 frames and targets (for networks with batch norm)."""
+    rng = np.random.default_rng(seed)
+    steps = num_unroll + 1
+    return Batch(
+        observations=rng.integers(0, 256, (batch_size, *shape), dtype=np.uint8),
+        actions=rng.integers(0, num_actions, (batch_size, num_unroll)),
+        target_value=rng.normal(size=(batch_size, steps)).astype(np.float32),
+        target_reward=rng.integers(-1, 2, (batch_size, steps)).astype(np.float32),
+        target_policy=rng.dirichlet(np.ones(num_actions), (batch_size, steps)).astype(
+            np.float32),
+        value_mask=rng.random((batch_size, steps)) < 0.9,
+        policy_mask=rng.random((batch_size, steps)) < 0.9,
+        weights=rng.uniform(0.5, 1.0, batch_size).astype(np.float32),
+        slots=np.arange(batch_size), game_ids=np.zeros(batch_size, dtype=np.int64),
+        ages=np.zeros(batch_size), td_horizons=np.zeros(batch_size),
+        reward_sum=np.zeros((batch_size, steps), np.float32),
+        bootstrap_scale=np.zeros((batch_size, steps), np.float32))
+
+
+def image_learner(device: str, **train) -> Learner:
+    torch.manual_seed(0)
+    net = build_network(ModelConfig(kind="resnet_small", value_support_size=5,
+                                    reward_support_size=2), (2, 12, 12), 4, image_input=True)
+    return Learner(net, TrainConfig(**{"lr_init": 1e-3, **train}), device=device)
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_cuda_graph_steps_equal_eager_steps(optimizer):
+    """The recorded step gives the eager step's losses, priorities and weights (batch norm
+    statistics, the optimizer's state and the learning-rate warm-up included), its warm-up
+    leaves no trace, and its checkpoint loads into a CPU learner."""
+    batches = [random_image_batch(seed) for seed in range(3)]
+    runs = {}
+    for graphs in (False, True):
+        learner = image_learner("cuda", optimizer=optimizer, cuda_graphs=graphs,
+                                lr_warmup_steps=3, target_update_interval=2)
+        assert learner.uses_cuda_graphs == graphs
+        metrics = [learner.train_step(batch) for batch in batches * 2]
+        runs[graphs] = metrics, learner
+    (eager_metrics, eager), (graph_metrics, graph) = runs[False], runs[True]
+    # The same kernels on the same inputs; the tolerance covers only the order of atomic
+    # additions in a few backward kernels.
+    for a, b in zip(eager_metrics, graph_metrics):
+        for key in ("total", "value", "reward", "policy", "grad_norm", "lr"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+        np.testing.assert_allclose(b["priorities"], a["priorities"], rtol=1e-4, atol=1e-6)
+    for name, value in eager.state_dict()["network"].items():
+        torch.testing.assert_close(graph.state_dict()["network"][name], value, rtol=1e-4,
+                                   atol=1e-5)
+    cpu = image_learner("cpu", optimizer=optimizer)
+    cpu.load_state_dict(graph.state_dict())
+    assert np.isfinite(cpu.train_step(batches[0])["total"])
+
+
+@needs_cuda
+def test_a_diverging_cuda_graph_step_leaves_the_weights_unchanged():
+    learner = image_learner("cuda")
+    batch = random_image_batch(0)
+    learner.train_step(batch)  # records the step
+    before = {k: v.clone() for k, v in learner.network.state_dict().items()}
+    moments = [v.clone() for s in learner.optimizer.state.values() for v in s.values()]
+    bad = random_image_batch(1)
+    bad.weights[3] = np.nan
+    with pytest.raises(TrainingDivergedError, match="at learner step 2"):
+        learner.train_step(bad)
+    for name, value in learner.network.state_dict().items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+    after = [v for s in learner.optimizer.state.values() for v in s.values()]
+    for a, b in zip(after, moments):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert learner.training_step == 1
+    assert np.isfinite(learner.train_step(batch)["total"])

@@ -3,13 +3,12 @@
 Trains the ``pong`` preset (atari100k protocol) for ``--minutes`` of wall-clock time with the
 learner and the self-play inference on the GPU, bfloat16 autocast in the learner, 64 envs in
 ale-py's native vector env, and prints throughput and peak GPU memory; then where one learner
-step's time goes (sampling, the step itself, CUDA kernels launched per step) and, with
-``--compile MODE``, the same step with the network's inference functions under
-``torch.compile(mode=MODE)`` (a probe: training does not use it). Run it unattended through
+step's time goes (sampling; the step replayed as a CUDA graph and launched eagerly; the CUDA
+kernels of an eager step). Run it unattended through
 ``tests/benchmarks/atari_gpu.sh`` (installs the package first); it ends within 8 minutes.
 
     python tests/benchmarks/atari_gpu.py [--minutes 5] [--num-envs 64] [--set section.key=value]
-        [--compile reduce-overhead] [--device cpu]  (--device cpu: a smoke test of the script)
+        [--device cpu]  (--device cpu: a smoke test of the script)
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 import torch
 
 from muzero_gym.agents.muzero import MuZeroAgent
@@ -29,7 +27,6 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--compile", default=None, help="torch.compile mode of the probe")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = parser.parse_args()
     cuda = args.device == "cuda"
@@ -66,21 +63,19 @@ def main() -> None:
                                                    for k, v in timings.items()))
     if cuda:
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-    # One learner step alone (sampling in the background thread, as in training).
-    agent.train_steps(5)
-    _sync(cuda)
-    count, start = 50 if cuda else 3, time.perf_counter()
-    agent.train_steps(count)
-    _sync(cuda)
-    print(f"learner step: {(time.perf_counter() - start) / count * 1000:.1f} ms "
-          f"(batch {config.train.batch_size}, K = {config.train.num_unroll_steps})")
-    learner_breakdown(agent, cuda, count)
-    if args.compile:
-        try:
-            compiled_step(agent, cuda, count, args.compile)
-        except Exception as error:  # a probe: report and carry on
-            print(f"torch.compile(mode={args.compile!r}) failed: {type(error).__name__}: "
-                  f"{str(error).splitlines()[0] if str(error) else ''}")
+    if agent.training_steps == 0:
+        print("no learner step: the warm-up was not reached")
+    else:
+        # One learner step alone (sampling in the background thread, as in training).
+        agent.train_steps(5)
+        _sync(cuda)
+        count, start = 50 if cuda else 3, time.perf_counter()
+        agent.train_steps(count)
+        _sync(cuda)
+        print(f"learner step: {(time.perf_counter() - start) / count * 1000:.1f} ms "
+              f"(batch {config.train.batch_size}, K = {config.train.num_unroll_steps}, "
+              f"CUDA graph: {agent.learner_worker.learner.uses_cuda_graphs})")
+        learner_breakdown(agent, cuda, count)
     agent.close()
 
 
@@ -108,10 +103,17 @@ def learner_breakdown(agent: MuZeroAgent, cuda: bool, count: int) -> None:
     for _ in range(count):
         batch = worker._sample(worker.learner.training_step, pinned=cuda)
     sample_ms = (time.perf_counter() - start) / count * 1000
+    learner = worker.learner
+    graphs = learner.uses_cuda_graphs
     step_ms = _timed_steps(agent, batch, cuda, count)
-    print(f"  replay.sample (+ pinning): {sample_ms:.1f} ms; learner.train_step: {step_ms:.1f} ms")
+    learner.uses_cuda_graphs = False
+    eager_ms = _timed_steps(agent, batch, cuda, count)
+    learner.uses_cuda_graphs = graphs
+    print(f"  replay.sample (+ pinning): {sample_ms:.1f} ms; learner.train_step: {step_ms:.1f} ms"
+          f" ({'CUDA graph' if graphs else 'eager'}), {eager_ms:.1f} ms eager")
     if not cuda:
         return
+    learner.uses_cuda_graphs = False  # the kernels the graph replays, launched one by one
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as profile:
         worker.learner.train_step(batch)
@@ -119,28 +121,9 @@ def learner_breakdown(agent: MuZeroAgent, cuda: bool, count: int) -> None:
     events = profile.events()
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     gpu_ms = sum(e.device_time for e in kernels) / 1000
-    print(f"  one step: {len(kernels)} CUDA kernels/copies, {gpu_ms:.1f} ms of GPU time "
-          f"(the rest of the step is the host launching them)")
-    table = profile.key_averages().table(sort_by="device_time_total", row_limit=12)
-    print(table)
-
-
-def compiled_step(agent: MuZeroAgent, cuda: bool, count: int, mode: str) -> None:
-    """The learner step with ``initial_inference`` and ``recurrent_inference`` compiled."""
-    net = agent.learner_worker.learner.network
-    net.initial_inference = torch.compile(net.initial_inference, mode=mode)
-    net.recurrent_inference = torch.compile(net.recurrent_inference, mode=mode)
-    worker = agent.learner_worker
-    batch = worker._sample(worker.learner.training_step, pinned=cuda)
-    start = time.perf_counter()
-    for _ in range(3):  # compiles (and records the graphs) on the first calls
-        worker.learner.train_step(batch)
-    _sync(cuda)
-    print(f"torch.compile(mode={mode!r}): compiled in {time.perf_counter() - start:.0f} s")
-    step_ms = _timed_steps(agent, batch, cuda, count)
-    losses = [worker.learner.train_step(batch)["total"] for _ in range(3)]
-    print(f"  learner.train_step compiled: {step_ms:.1f} ms; losses finite: "
-          f"{bool(np.isfinite(losses).all())}")
+    learner.uses_cuda_graphs = graphs
+    print(f"  one eager step: {len(kernels)} CUDA kernels/copies, {gpu_ms:.1f} ms of GPU time")
+    print(profile.key_averages().table(sort_by="device_time_total", row_limit=6))
 
 
 if __name__ == "__main__":
