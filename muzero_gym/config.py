@@ -362,9 +362,10 @@ class TrainConfig(_Section):
                                    choices=("auto", "cpu", "cuda"))
     mixed_precision: bool = _field(False, "bfloat16 autocast for the learner on CUDA")
     cuda_graphs: bool = _field(
-        True, "a CUDA learner records its step once as a CUDA graph and replays it (one launch "
-        "instead of thousands; the same numbers); used when bootstrap_source = 'search' and "
-        "there is no consistency loss, else the step runs eagerly")
+        False, "a CUDA learner records its step once as a CUDA graph and replays it (one launch "
+        "instead of thousands; the same numbers); applies when bootstrap_source = 'search' and "
+        "there is no consistency loss, else the step runs eagerly. Off by default: not yet "
+        "run on a GPU (its tests run with pytest --device cuda)")
     num_threads: int = _field(
         0, "torch threads and numpy's BLAS threads (per thread of work with concurrent_learner); "
         "0 = 1 with async envs, half the cores with concurrent_learner, else all cores", low=0)

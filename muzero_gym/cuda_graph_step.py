@@ -19,9 +19,9 @@ in how they are reached:
   :meth:`CapturedStep.restore` puts them back when the step's loss or norm is not finite (the
   learner then raises, with the weights unchanged, as eagerly).
 
-Used for CUDA learners with ``train.cuda_graphs`` (the default) when the loss needs nothing but
-the batch's own arrays (``bootstrap_source = "search"``, no consistency loss); other settings
-train eagerly.
+Used for CUDA learners with ``train.cuda_graphs`` when the loss needs nothing but the batch's
+own arrays (``bootstrap_source = "search"``, no consistency loss); other settings train eagerly.
+Off by default until its tests (``pytest --device cuda``) have run on a GPU.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ two-hot targets on the supports, and the gradient entering the dynamics function
 Weight decay is the optimizer's L2 term, as in the reference. With ``consistency_loss_weight``
 > 0, EfficientZero's self-supervised consistency loss (negative cosine similarity between the
 projected unrolled hidden state and the stop-gradient projection of the real next observation's
-representation) is added per unrolled step. On a GPU the step is recorded once as a CUDA graph
-and replayed (:mod:`muzero_gym.cuda_graph_step`). The learning rate follows
+representation) is added per unrolled step. On a GPU, with ``cuda_graphs``, the step is recorded
+once as a CUDA graph and replayed (:mod:`muzero_gym.cuda_graph_step`). The learning rate follows
 ``lr_init * lr_decay_rate ** (step / lr_decay_steps)`` after an optional linear warm-up. A target
 network, refreshed every ``target_update_interval`` steps (or Polyak-averaged every step with
 ``target_update_tau``), supplies bootstrap values when

@@ -323,7 +323,7 @@ def test_cuda_graph_steps_equal_eager_steps(optimizer):
 
 @needs_cuda
 def test_a_diverging_cuda_graph_step_leaves_the_weights_unchanged():
-    learner = image_learner("cuda")
+    learner = image_learner("cuda", cuda_graphs=True)
     batch = random_image_batch(0)
     learner.train_step(batch)  # records the step
     before = {k: v.clone() for k, v in learner.network.state_dict().items()}
