@@ -40,20 +40,22 @@ def selfplay_speed(batch: int, seconds: float, overrides: list[str]) -> tuple[di
 
 
 def learner_speed(num_steps: int, overrides: list[str]) -> tuple[float, MuZeroAgent]:
-    """Samples per second of the learner on replay filled by self-play (8 envs, episodes cut at
-    250 agent steps so that games finish quickly)."""
+    """Samples per second of the learner (sampling included) on replay filled by self-play (8
+    envs, episodes cut at 250 agent steps: its segments and finished games)."""
     config = load_config("pong", ["env.num_envs=8", "env.max_episode_steps=250",
                                   "train.warmup_transitions=1000000000", "train.eval_interval=0",
                                   *overrides])
     agent = MuZeroAgent(config)
     selfplay = agent._start_selfplay()
     while len(agent.replay) < 2000:
-        for game in selfplay.step().finished:
+        stats = selfplay.step()
+        for segment in stats.segments:
+            agent.replay.add_segment(segment)
+        for game in stats.finished:
             agent.replay.add_game(game)
-    agent._train_once()  # warm-up
+    agent.train_steps(1)  # warm-up
     start = time.perf_counter()
-    for _ in range(num_steps):
-        agent._train_once()
+    agent.train_steps(num_steps)
     return num_steps * agent.config.train.batch_size / (time.perf_counter() - start), agent
 
 
@@ -73,12 +75,12 @@ def main() -> None:
         print(f"{batch:>4} {row['steps_per_s']:>14.1f} {row['env']:>6.0%} {row['model']:>6.0%} "
               f"{row['search']:>7.0%} {other:>6.0%}", flush=True)
     samples, agent = learner_speed(args.learner_steps, args.overrides)
-    stored = sum(g.nbytes for g in agent.replay._games.values())
-    per_transition = stored / max(len(agent.replay), 1)
+    per_transition = agent.replay.nbytes() / max(len(agent.replay), 1)
     print(f"\nlearner: {samples:,.0f} samples/s (batch {agent.config.train.batch_size}, "
           f"K = {agent.config.train.num_unroll_steps})")
     print(f"replay: {per_transition:,.0f} bytes per transition over {len(agent.replay):,} "
-          f"transitions = {per_transition * 100_000 / 2**30:.2f} GiB per 100k transitions")
+          f"transitions (its slot tables for the whole capacity included) = "
+          f"{per_transition * 100_000 / 2**30:.2f} GiB per 100k transitions")
     agent.close()
 
 
