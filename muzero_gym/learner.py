@@ -201,9 +201,10 @@ class Learner:
         self.network.train()
         lr = learning_rate(self.config, self.training_step)
         if self.uses_cuda_graphs:
-            step = self._captured.get(input_signature(batch))
+            signature = input_signature(batch)
+            step = self._captured.get(signature)
             if step is None:
-                step = self._captured[input_signature(batch)] = CapturedStep(
+                step = self._captured[signature] = CapturedStep(
                     self._step_body, batch, self.network, self.optimizer, self.device)
             out = step.replay(batch, lr)
             total, grad_norm = float(out["total"]), float(out["grad_norm"])
