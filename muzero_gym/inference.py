@@ -3,7 +3,7 @@
 :class:`ModelSearchAdapter` runs the initial inference for B observations, keeps every hidden
 state of the search in one preallocated buffer ``[B, num_simulations + 1, ...]`` and exposes
 ``recurrent_fn(parent_index, action, node_index)`` as the search expects, so the tree code never
-sees a tensor. MLP networks on the CPU run through a NumPy snapshot of their weights; other
+sees a tensor. MLP networks on the CPU run through a compiled snapshot of their weights; other
 networks through :func:`~muzero_gym.networks.inference_network` (batch norm folded), in the
 number format of ``model.search_precision`` (:func:`~muzero_gym.networks.search_dtype`), on the
 device that holds the network's weights: observations and actions are moved there, results come
@@ -24,7 +24,7 @@ from muzero_gym.numpy_inference import NumpyMLP
 class ModelSearchAdapter:
     """Serves one search at a time: call :meth:`initial`, then pass :meth:`recurrent_fn`.
 
-    An MLP network on the CPU runs through its NumPy snapshot (:mod:`numpy_inference`), which
+    An MLP network on the CPU runs through its compiled snapshot (:mod:`numpy_inference`), which
     is several times cheaper per call at self-play batch sizes; call :meth:`refresh` after the
     network's weights change. Other networks run in PyTorch on the network's device, through
     :func:`~muzero_gym.networks.inference_network` (batch norm folded into the convolutions)

@@ -8,9 +8,6 @@ logits) back.
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
 import torch
 
 EPSILON = 0.001
@@ -61,16 +58,3 @@ def support_to_scalar(logits: torch.Tensor, support_size: int) -> torch.Tensor:
     support = torch.arange(-support_size, support_size + 1, dtype=probs.dtype,
                            device=probs.device)
     return h_inverse((probs * support).sum(-1))
-
-
-@functools.cache
-def _numpy_support(support_size: int, dtype: np.dtype) -> np.ndarray:
-    return np.arange(-support_size, support_size + 1, dtype=dtype)
-
-
-def support_to_scalar_numpy(logits: np.ndarray, support_size: int) -> np.ndarray:
-    """:func:`support_to_scalar` for numpy arrays (used by the numpy inference path)."""
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    support = _numpy_support(support_size, logits.dtype)
-    y = (shifted @ support) / shifted.sum(axis=-1)
-    return np.sign(y) * _h_inverse_abs(np.abs(y), np.sqrt)

@@ -300,3 +300,38 @@ def test_channels_last_training_network_computes_the_channels_first_function():
         outputs.append((*root, *step, projected, *grads))
     for got, want in zip(outputs[1], outputs[0]):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_compiled_mlp_gives_each_row_the_same_bits_in_any_batch():
+    """A position's network outputs do not depend on which other positions share its batch:
+    the compiled forward pass takes rows four at a time and the rest one at a time, and both
+    ways must sum in the same order (a search of one game would otherwise change with the
+    number of envs beside it)."""
+    from muzero_gym.numpy_inference import NumpyMLP
+
+    torch.manual_seed(1)
+    net = build_network(ModelConfig(hidden_size=8, layer_size=16, value_support_size=5,
+                                    reward_support_size=3), (4,), 3)
+    for p in net.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    fast = NumpyMLP(net)
+    rng = np.random.default_rng(1)
+    obs = rng.normal(size=(7, 4)).astype(np.float32)
+    actions = rng.integers(0, 3, size=7)
+    hidden, value, logits = fast.initial(obs)
+    batch = (hidden, value, logits, *fast.recurrent(hidden, actions))
+    for row in range(7):
+        h1, v1, l1 = fast.initial(obs[row:row + 1])
+        single = (h1, v1, l1, *fast.recurrent(h1, actions[row:row + 1]))
+        for got, whole in zip(single, batch):
+            np.testing.assert_array_equal(got[0], whole[row])
+
+
+def test_compiled_mlp_rejects_actions_outside_the_action_space():
+    from muzero_gym.numpy_inference import NumpyMLP
+
+    net = build_network(ModelConfig(hidden_size=8, layer_size=16), (4,), 3)
+    fast = NumpyMLP(net)
+    hidden = fast.initial(np.zeros((2, 4), dtype=np.float32))[0]
+    with pytest.raises(IndexError, match=r"\[0, 3\)"):
+        fast.recurrent(hidden, np.array([0, 3]))
