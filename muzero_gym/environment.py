@@ -13,6 +13,7 @@ keep self-play or an evaluation going forever.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import gymnasium as gym
 
@@ -82,12 +83,20 @@ def register_envs() -> None:
         gym.register_envs(ale_py)
     except ImportError:  # pragma: no cover - ale-py is a dependency
         pass
-    if "MinAtar/Breakout-v1" not in gym.registry:
-        try:  # the optional [minatar] extra: MinAtar/<Game>-v0 (all 6 actions) and -v1
-            import minatar.gym
-        except ImportError:
-            return
-        minatar.gym.register_envs()
+    if "MinAtar/Breakout-v1" not in gym.registry and importlib.util.find_spec("minatar"):
+        _register_minatar()
+
+
+def _register_minatar() -> None:
+    """The optional [minatar] extra's ids, as ``minatar.gym.register_envs`` makes them
+    (MinAtar/<Game>-v0 with all 6 actions, -v1 with the game's minimal set), registered by
+    name: importing minatar (it imports seaborn and scipy) takes about 2 s, which only a run
+    that makes a MinAtar env pays."""
+    for game in ("asterix", "breakout", "freeway", "seaquest", "space_invaders"):
+        name = game.title().replace("_", "")
+        for version, minimal in (("v0", False), ("v1", True)):
+            gym.register(id=f"MinAtar/{name}-{version}", entry_point="minatar.gym:BaseEnv",
+                         kwargs={"game": game, "use_minimal_action_set": minimal})
 
 
 def make_env(config: EnvConfig, render_mode: str | None = None) -> gym.Env:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -35,3 +38,22 @@ def test_a_short_minatar_run_trains(tmp_path):
     agent.learn(300)
     assert agent.training_steps > 0 and agent.episodes > 0
     assert len(agent.evaluate(2)) == 2
+
+
+def test_minatar_ids_are_minatars_own_and_registering_them_does_not_import_it():
+    """muzero_gym registers MinAtar's ids by name (importing minatar costs seconds); the specs
+    must be the ones minatar.gym.register_envs makes."""
+    code = (
+        "import sys, gymnasium as gym\n"
+        "from muzero_gym.environment import register_envs\n"
+        "register_envs()\n"
+        "assert 'minatar' not in sys.modules\n"
+        "ours = {k: (s.entry_point, s.kwargs) for k, s in gym.registry.items()"
+        " if k.startswith('MinAtar/')}\n"
+        "for k in ours: del gym.registry[k]\n"
+        "import minatar.gym\n"
+        "minatar.gym.register_envs()\n"
+        "theirs = {k: (s.entry_point, s.kwargs) for k, s in gym.registry.items()"
+        " if k.startswith('MinAtar/')}\n"
+        "assert ours == theirs and len(ours) == 10, (ours, theirs)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
