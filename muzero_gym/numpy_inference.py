@@ -20,10 +20,11 @@ from numba import njit
 from torch import nn
 
 from muzero_gym.networks import MLPNetwork
-from muzero_gym.support import EPSILON
+from muzero_gym.support import EPSILON, _h_inverse_abs
 
 # A linear layer with what follows it: (weight [in, out], bias [out], layer-norm scale [out]
-# and shift [out] or empty arrays, the norm's eps, whether a ReLU follows).
+# and shift [out] or empty arrays, the norm's eps, whether a ReLU follows, the weight rows of a
+# one-hot action input [A, out] or an empty array).
 Dense = tuple
 
 
@@ -46,8 +47,8 @@ def _dense(x, weight, bias, scale, shift, eps, relu, action_weight, actions):
     """``x @ weight (+ action_weight[actions]) + bias``, then layer norm (when ``scale`` is
     not empty) and ReLU (when ``relu``), as a new array [B, out] of ``x``'s dtype.
 
-    ``action_weight`` [A, out] with ``actions`` [B] adds the rows a one-hot action input would
-    select (the dynamics' first layer), empty arrays otherwise. Each output sums its products
+    ``action_weight`` [A, out] adds the rows that a one-hot input of ``actions`` [B] would
+    select (the dynamics' first layer); an empty one adds nothing. Each output sums its products
     in input order; the norm's statistics are taken in float64."""
     batch, inputs = x.shape
     outputs = weight.shape[1]
@@ -76,7 +77,7 @@ def _dense(x, weight, bias, scale, shift, eps, relu, action_weight, actions):
             i += 1
     for i in range(batch):
         row = out[i]
-        if actions.shape[0] > 0:
+        if action_weight.shape[0] > 0:
             a = actions[i]
             for j in range(outputs):
                 row[j] += action_weight[a, j]
@@ -123,11 +124,15 @@ def _scale_rows(x):
     return x
 
 
+_sqrt = njit(cache=True, nogil=True)(lambda x: np.sqrt(x))
+_compiled_h_inverse_abs = njit(cache=True, nogil=True)(_h_inverse_abs)
+
+
 @njit(cache=True, nogil=True)
 def _support_scalars(logits, support_size, eps):
     """Expected value of each row's softmax over the support [-n, n], mapped back by h^-1
-    (:func:`muzero_gym.support.h_inverse`'s cancellation-free form), as [B] of the logits'
-    dtype. Computed in float64."""
+    (:func:`muzero_gym.support._h_inverse_abs`, the torch path's own formula, compiled), as [B]
+    of the logits' dtype. Computed in float64."""
     batch = logits.shape[0]
     out = np.empty(batch, dtype=logits.dtype)
     for i in range(batch):
@@ -140,24 +145,21 @@ def _support_scalars(logits, support_size, eps):
             weights += w
             total += w * (j - support_size)
         y = total / weights
-        a = abs(y)
-        s = np.sqrt(1.0 + 4.0 * eps * (1.0 + eps + a))
-        t = 2.0 * (1.0 + eps + a) / (1.0 + s)
-        magnitude = 2.0 * a * (t + 1.0) / (1.0 + s + 2.0 * eps)
+        magnitude = _compiled_h_inverse_abs(abs(y), _sqrt, eps)
         out[i] = magnitude if y >= 0.0 else -magnitude
     return out
 
 
 def _dense_layers(sequential: nn.Sequential) -> list[Dense]:
     """The Linear / LayerNorm / ReLU sequence of an MLP as fused layers."""
-    empty = np.empty(0, dtype=np.float32)
     layers: list[Dense] = []
     for module in sequential:
         if isinstance(module, nn.Linear):
             weight = module.weight.detach().cpu().numpy()
+            empty = np.empty(0, dtype=weight.dtype)
             layers.append([np.ascontiguousarray(weight.T),
-                           module.bias.detach().cpu().numpy().copy(),
-                           empty.astype(weight.dtype), empty.astype(weight.dtype), 0.0, False])
+                           module.bias.detach().cpu().numpy().copy(), empty, empty, 0.0, False,
+                           np.empty((0, 0), dtype=weight.dtype)])
         elif isinstance(module, nn.LayerNorm) and layers and not layers[-1][5] \
                 and layers[-1][2].size == 0 and module.elementwise_affine:
             layers[-1][2] = module.weight.detach().cpu().numpy().copy()
@@ -183,9 +185,8 @@ class NumpyMLP:
         # The first layer reads [hidden, one-hot action]: its action rows are added by index.
         weight = dynamics[0][0]
         hidden_size = weight.shape[0] - network.num_actions
-        self._action_weight = np.ascontiguousarray(weight[hidden_size:])
-        self.dynamics = [(np.ascontiguousarray(weight[:hidden_size]), *dynamics[0][1:]),
-                         *dynamics[1:]]
+        self.dynamics = [(np.ascontiguousarray(weight[:hidden_size]), *dynamics[0][1:6],
+                          np.ascontiguousarray(weight[hidden_size:])), *dynamics[1:]]
         self.reward = _dense_layers(network.reward_net)
         self.trunk = _dense_layers(network.prediction_trunk)
         self.policy = _dense_layers(network.policy_head)
@@ -193,7 +194,6 @@ class NumpyMLP:
         # float32 for a float32 network; a float64 one (tests) computes in float64 throughout
         self.dtype = weight.dtype
         self._no_actions = np.empty(0, dtype=np.int64)
-        self._no_action_weight = np.empty((0, 0), dtype=self.dtype)
 
     @classmethod
     def from_network(cls, network: nn.Module) -> NumpyMLP | None:
@@ -206,13 +206,9 @@ class NumpyMLP:
 
     def _forward(self, layers: list[Dense], x: np.ndarray,
                  actions: np.ndarray | None = None) -> np.ndarray:
-        for index, (weight, bias, scale, shift, eps, relu) in enumerate(layers):
-            if index == 0 and actions is not None:
-                x = _dense(x, weight, bias, scale, shift, eps, relu, self._action_weight,
-                           actions)
-            else:
-                x = _dense(x, weight, bias, scale, shift, eps, relu, self._no_action_weight,
-                           self._no_actions)
+        actions = self._no_actions if actions is None else actions
+        for layer in layers:
+            x = _dense(x, *layer, actions)
         return x
 
     def _predict(self, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
