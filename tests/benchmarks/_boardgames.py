@@ -1,8 +1,9 @@
 """What the Go, chess and shogi learning benchmarks share: train a ``*_cpu`` preset for a fixed
 wall-clock time, with a short evaluation against a random mover along the way (``--eval-every
 0`` leaves them out: at the chess preset's 400 simulations a 10-game check can outlast the
-training between checks), then matches against a random mover and an engine (skipped, and said
-so, when the engine is not installed).
+training between checks; ``--engine-games N`` adds N games against the engine to each, for a
+curve against it too), then matches against a random mover and an engine (skipped, and said so,
+when the engine is not installed). Time spent in evaluations is not counted as training time.
 Imported by go9_learning.py, chess_learning.py and shogi_learning.py."""
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def parser(doc: str, engine: str, level: int) -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=_at_least(0), default=10_000, help="env steps between the "
                    "short evaluations against a random mover (10 games); 0 = none (train in "
                    f"blocks of {CHUNK:,} moves, so the run ends close to --minutes)")
+    p.add_argument("--engine-games", type=_at_least(0), default=0, help="games against the "
+                   f"engine ({engine}, both colours) in each short evaluation; 0 = none")
     p.add_argument("--games", type=_at_least(1), default=40, help="games of each final match")
     p.add_argument("--engine-level", type=int, default=level, help=f"{engine}'s strength")
     p.add_argument("--save", help="write each trained agent's checkpoint to PATH.seed<N>")
@@ -84,6 +87,9 @@ def run_seed(preset: str, engine: str, seed: int,
         if args.eval_every:
             quick = agent.play_against(make_opponent("random", seed=seed), 10, seed=seed)
             line += f": against random {score(quick):.0%}"
+            if args.engine_games:
+                text, _ = match(agent, engine, args.engine_games, args.engine_level, seed)
+                line += f"; {text}"
         print(line, flush=True)
     moves_played = agent.env_steps
     agent.close()
@@ -99,6 +105,8 @@ def run_seed(preset: str, engine: str, seed: int,
 
 
 def run(preset: str, engine: str, args: argparse.Namespace) -> None:
+    if args.engine_games and not args.eval_every:
+        raise SystemExit("--engine-games needs the short evaluations: --eval-every > 0")
     results = [run_seed(preset, engine, seed, args) for seed in args.seeds]
     if len(results) > 1:
         print()
