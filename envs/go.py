@@ -343,6 +343,21 @@ class GoEnv(TurnGameEnv):
         observations = self.observe_many(new_states) if observe else None
         return new_states, observations, rewards, done, masks
 
+    def proven_values(self, states: Sequence[GoState]) -> np.ndarray:
+        """For each position, 1.0 where the opponent has just passed and the board as it stands
+        wins for the player to move (their pass ends the game, scored as it stands), else NaN
+        (not known): the true-simulator search's values there, so a pass that hands the
+        opponent a won count looks lost at its first visit."""
+        out = np.full(len(states), np.nan)
+        rows = [i for i, s in enumerate(states) if s.passes == 1 and not s.done]
+        if rows:
+            boards = np.stack([states[i].board.reshape(-1) for i in rows])
+            scores = _area_scores(boards, self._neighbours) - self.komi
+            for i, score in zip(rows, scores.tolist()):
+                if score != 0 and (score > 0) == (states[i].to_play == 0):
+                    out[i] = 1.0
+        return out
+
     def final_score(self, state: GoState) -> float:
         """Black's area minus White's minus komi, of the position as it stands."""
         return float(_area_scores(state.board.reshape(1, -1), self._neighbours)[0] - self.komi)

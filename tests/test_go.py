@@ -112,6 +112,24 @@ def test_area_scoring_counts_stones_and_surrounded_empty_points():
     assert info["result"] == "two passes"
 
 
+def test_proven_values_a_pass_that_ends_the_game_with_a_win():
+    env = GoEnv(9)
+    env.reset()
+    assert np.isnan(env.proven_values([env.get_state()])).all()  # no pass yet
+    play(env, "pass")  # White to move on an empty board: passing wins by komi
+    won_by_komi = env.get_state()
+    for row in range(1, 10):  # as above: Black 45 points, White 36, Black ahead by 1.5
+        play(env, f"E{row}", f"F{row}")
+    play(env, "pass")  # White to move after Black's pass, behind: nothing proven
+    behind = env.get_state()
+    play(env, "A1", "pass")  # Black to move after White's pass, ahead (A1 is Black's area)
+    ahead = env.get_state()
+    play(env, "pass")  # the game is over
+    np.testing.assert_array_equal(
+        env.proven_values([won_by_komi, behind, ahead, env.get_state()]),
+        [1.0, np.nan, 1.0, np.nan])
+
+
 def test_a_point_next_to_both_colours_is_nobodys():
     env = GoEnv(9)
     env.reset()
