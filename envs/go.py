@@ -20,6 +20,8 @@ groups, liberties and territory, Zobrist hashes for superko), so one call plays 
 of the many positions a search expands (:meth:`GoEnv.simulate`). ``symmetries()`` gives the
 board's seven rotations and reflections for data augmentation; ``vertex``/``action`` convert
 to Go coordinates (``D4``, ``pass``) as GTP and the terminal display use them.
+``proven_values`` tells the true-simulator search which positions are won outright: after the
+opponent's pass, a count that favours the player to move (their pass ends the game).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ the chosen action and evaluates the real next observation with the network's rep
 prediction. Rewards, terminal states and legal actions are then exact; the network only supplies
 values and priors, except where the env proves a position's outcome: an env with
 ``proven_values(states)`` (for each position +1 when the player to move wins by force, -1 when
-they lose, NaN when not known; shogi's is a mate-in-one finder) has those values replace the
-network's, so a move that leaves the opponent a mate in one looks lost at its first visit. A
+they lose, NaN when not known; shogi's is a mate-in-one finder, Go's a won count after the
+opponent's pass) has those values replace the network's, so a move that leaves the opponent a
+mate in one looks lost at its first visit. A
 terminal state absorbs: every action from it is legal, gives reward 0 and value 0. Chosen with
 ``search.simulator = true``; it needs ``env.num_stacked_observations = 1`` and no action planes
 (the node's observation alone is the model input).
