@@ -209,6 +209,12 @@ def _area_scores(boards, neighbours):
     return out
 
 
+def _winner(score: float) -> int | None:
+    """The winner of a game scored ``score`` (Black's area - White's - komi): 0 Black, 1 White,
+    None on a draw."""
+    return None if score == 0 else (0 if score > 0 else 1)
+
+
 @dataclass
 class GoState:
     """A whole game: the last 8 boards (``boards[0]`` is the position now), the player to
@@ -334,11 +340,10 @@ class GoEnv(TurnGameEnv):
         rewards = np.zeros(batch)
         if done.any():
             rows = np.flatnonzero(done)
-            scores = _area_scores(boards[rows], self._neighbours) - self.komi
+            scores = self._scores(boards[rows])
             for row, score in zip(rows.tolist(), scores.tolist()):
                 s = new_states[row]
-                s.done, s.score = True, score
-                s.winner = None if score == 0 else (0 if score > 0 else 1)
+                s.done, s.score, s.winner = True, score, _winner(score)
                 mover = states[row].to_play
                 rewards[row] = 0.0 if s.winner is None else (1.0 if s.winner == mover else -1.0)
         masks = self.legal_masks_of(new_states)
@@ -353,16 +358,19 @@ class GoEnv(TurnGameEnv):
         out = np.full(len(states), np.nan)
         rows = [i for i, s in enumerate(states) if s.passes == 1 and not s.done]
         if rows:
-            boards = np.stack([states[i].board.reshape(-1) for i in rows])
-            scores = _area_scores(boards, self._neighbours) - self.komi
+            scores = self._scores(np.stack([states[i].board.reshape(-1) for i in rows]))
             for i, score in zip(rows, scores.tolist()):
-                if score != 0 and (score > 0) == (states[i].to_play == 0):
+                if _winner(score) == states[i].to_play:
                     out[i] = 1.0
         return out
 
     def final_score(self, state: GoState) -> float:
         """Black's area minus White's minus komi, of the position as it stands."""
-        return float(_area_scores(state.board.reshape(1, -1), self._neighbours)[0] - self.komi)
+        return float(self._scores(state.board.reshape(1, -1))[0])
+
+    def _scores(self, boards: np.ndarray) -> np.ndarray:
+        """Black's area minus White's minus komi of each flat board [B, N * N]."""
+        return _area_scores(boards, self._neighbours) - self.komi
 
     # ---- observations ------------------------------------------------------------------------
 

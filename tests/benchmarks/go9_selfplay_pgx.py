@@ -25,6 +25,7 @@ is skipped, and said so, without them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 
@@ -38,12 +39,9 @@ SETUPS = {  # name: (channels, blocks, simulations)
 
 def ours(batch: int, moves: int, channels: int, blocks: int, simulations: int) -> float:
     """muzero_gym's Go self-play moves/s: the go9_cpu preset with this network and search."""
-    import torch
-
     from muzero_gym.agents.muzero import MuZeroAgent
     from muzero_gym.config import load_config
 
-    torch.set_num_threads(os.cpu_count() or 1)
     config = load_config("go9_cpu", [
         f"env.num_envs={batch}", f"model.num_channels={channels}", f"model.num_blocks={blocks}",
         f"search.num_simulations={simulations}", "search.root_selection=gumbel",
@@ -75,7 +73,7 @@ def pgx_side(batch: int, moves: int, channels: int, blocks: int, simulations: in
     def network(x):
         # A pre-activation residual tower with policy and value heads, as pgx's example uses.
         # Batch norm at inference is a per-channel scale and offset, which is what runs here.
-        names = iter(range(10**6))
+        names = itertools.count()
 
         def norm(h):
             n = next(names)
