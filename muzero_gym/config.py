@@ -176,6 +176,13 @@ class ModelConfig(_Section):
     head_channels: int = _field(16, "channels the reward, value and policy heads reduce the "
                                 "hidden state to (a 1x1 convolution) before their MLP (resnet)",
                                 low=1)
+    head_width: int = _field(32, "hidden units of the reward, value and policy heads' MLP "
+                             "(resnet)", low=1)
+    action_planes: str = _field(
+        "scalar", "how a convolutional dynamics network sees the action: scalar = one plane "
+        "holding action / num_actions (EfficientZero), one_hot = one constant plane per action "
+        "(the MuZero paper's Atari network), so that a single convolution can tell the actions "
+        "apart", choices=("scalar", "one_hot"))
     search_precision: str = _field(
         "float32", "number format of the search's calls of a convolutional network "
         "(self-play, evaluation, play): bfloat16 (torch.autocast) is faster on CPUs with "

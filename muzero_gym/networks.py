@@ -228,7 +228,7 @@ class Downsample(nn.Module):
 
 
 def _conv_head(channels: int, spatial: int, outputs: int, head_channels: int,
-               width: int = 32) -> nn.Sequential:
+               width: int) -> nn.Sequential:
     """1x1 conv reduction, then a small MLP; the last layer starts at zero. (Index 3, where a
     flatten stood, keeps the checkpoints' parameter names: ``PlanesLinear`` flattens.)"""
     head = nn.Sequential(
@@ -261,16 +261,20 @@ class ResNetNetwork(MuZeroNetwork):
         spatial = int(spatial_shape[0] * spatial_shape[1])
         self.representation_tower = nn.Sequential(*[ResidualBlock(channels)
                                                     for _ in range(num_blocks)])
-        self.dynamics_conv = nn.Conv2d(channels + 1, channels, 3, padding=1, bias=False)
+        self.one_hot_actions = config.action_planes == "one_hot"
+        action_planes = num_actions if self.one_hot_actions else 1
+        self.dynamics_conv = nn.Conv2d(channels + action_planes, channels, 3, padding=1,
+                                       bias=False)
         self.dynamics_bn = nn.BatchNorm2d(channels)
         self.dynamics_tower = nn.Sequential(*[ResidualBlock(channels) for _ in range(num_blocks)])
         self.reward_head = _conv_head(channels, spatial, 2 * config.reward_support_size + 1,
-                                      config.head_channels)
+                                      config.head_channels, config.head_width)
         self.prediction_tower = nn.Sequential(*[ResidualBlock(channels)
                                                 for _ in range(num_blocks)])
         self.value_head = _conv_head(channels, spatial, 2 * config.value_support_size + 1,
-                                     config.head_channels)
-        self.policy_head = _conv_head(channels, spatial, num_actions, config.head_channels)
+                                     config.head_channels, config.head_width)
+        self.policy_head = _conv_head(channels, spatial, num_actions, config.head_channels,
+                                      config.head_width)
         self._build_projection(channels * spatial, config.projection_size)
 
     def representation(self, observation: torch.Tensor) -> torch.Tensor:
@@ -280,10 +284,13 @@ class ResNetNetwork(MuZeroNetwork):
         return _scale_hidden(self.representation_tower(self.stem(x)))
 
     def dynamics(self, hidden, action):
-        plane = (action.to(hidden.dtype) / self.num_actions).view(-1, 1, 1, 1)
+        if self.one_hot_actions:
+            plane = F.one_hot(action.long(), self.num_actions).to(hidden.dtype)[:, :, None, None]
+        else:
+            plane = (action.to(hidden.dtype) / self.num_actions).view(-1, 1, 1, 1)
         # Laid out as the hidden state, so that the concatenation stays channels-last when
         # the hidden state is (otherwise the convolution converts it back, forward and backward).
-        plane = plane.expand(-1, 1, hidden.shape[2], hidden.shape[3]).contiguous(
+        plane = plane.expand(-1, -1, hidden.shape[2], hidden.shape[3]).contiguous(
             memory_format=_memory_format(hidden))
         x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, plane], dim=1)))
         next_hidden = self.dynamics_tower(F.relu(x + hidden))

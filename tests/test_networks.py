@@ -86,15 +86,45 @@ def test_resnet_without_downsampling_reads_board_planes():
 
 def test_heads_reduce_the_hidden_state_to_head_channels():
     config = ModelConfig(kind="resnet", num_channels=8, num_blocks=0, downsample=False,
-                         value_support_size=2, reward_support_size=1, head_channels=3)
+                         value_support_size=2, reward_support_size=1, head_channels=3,
+                         head_width=5)
     net = build_network(config, (3, 6, 7), 7)
     for head in (net.reward_head, net.value_head, net.policy_head):
         assert head[0].out_channels == 3 and head[4].in_features == 3 * 6 * 7
+        assert head[4].out_features == 5 and head[6].in_features == 5
     out = net.recurrent_inference(net.initial_inference(torch.rand(2, 3, 6, 7)).hidden,
                                   torch.tensor([0, 6]))
     assert out.value_logits.shape == (2, 5) and out.reward_logits.shape == (2, 3)
     with pytest.raises(ValueError, match="head_channels"):
         ModelConfig(head_channels=0)
+    with pytest.raises(ValueError, match="head_width"):
+        ModelConfig(head_width=0)
+
+
+def test_one_hot_action_planes_give_each_action_its_own_plane():
+    torch.manual_seed(0)
+    config = ModelConfig(kind="resnet", num_channels=4, num_blocks=0, downsample=False,
+                         value_support_size=1, reward_support_size=1, action_planes="one_hot")
+    net = build_network(config, (2, 5, 5), 3).double().eval()
+    assert net.dynamics_conv.in_channels == 4 + 3
+    hidden = torch.rand(3, 4, 5, 5, dtype=torch.float64)
+    actions = torch.tensor([2, 0, 1])
+    planes = torch.zeros(3, 3, 5, 5, dtype=torch.float64)
+    planes[torch.arange(3), actions] = 1.0  # action a: plane a all ones, the others zero
+    with torch.no_grad():
+        x = net.dynamics_bn(net.dynamics_conv(torch.cat([hidden, planes], dim=1)))
+        want = torch.relu(x + hidden)
+        want = (want - want.flatten(1).min(1).values[:, None, None, None]) / (
+            want.flatten(1).max(1).values - want.flatten(1).min(1).values)[:, None, None, None]
+        got, _ = net.dynamics(hidden, actions)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # the default keeps one plane holding action / num_actions (and the checkpoints' shapes)
+    scalar = build_network(ModelConfig(kind="resnet", num_channels=4, num_blocks=0,
+                                       downsample=False, value_support_size=1,
+                                       reward_support_size=1), (2, 5, 5), 3)
+    assert scalar.dynamics_conv.in_channels == 4 + 1
+    with pytest.raises(ValueError, match="action_planes"):
+        ModelConfig(action_planes="two_hot")
 
 
 def test_small_resnet_size_is_efficientzero_scale():
