@@ -14,6 +14,7 @@ from muzero_gym.mcts import BatchedMCTS, SearchSettings
 from muzero_gym.networks import (
     MLPNetwork,
     ResNetNetwork,
+    _scale_hidden,
     build_network,
     inference_network,
     scale_gradient,
@@ -113,9 +114,7 @@ def test_one_hot_action_planes_give_each_action_its_own_plane():
     planes[torch.arange(3), actions] = 1.0  # action a: plane a all ones, the others zero
     with torch.no_grad():
         x = net.dynamics_bn(net.dynamics_conv(torch.cat([hidden, planes], dim=1)))
-        want = torch.relu(x + hidden)
-        want = (want - want.flatten(1).min(1).values[:, None, None, None]) / (
-            want.flatten(1).max(1).values - want.flatten(1).min(1).values)[:, None, None, None]
+        want = _scale_hidden(torch.relu(x + hidden))
         got, _ = net.dynamics(hidden, actions)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     # the default keeps one plane holding action / num_actions (and the checkpoints' shapes)
