@@ -398,7 +398,7 @@ class TrainConfig(_Section):
         "evaluation stay raw")
     augment_symmetries: bool = _field(
         False, "train on a random symmetric copy of each sampled position, from the "
-        "rotations/reflections the env declares with symmetries() (board games)")
+        "rotations/reflections the env declares with symmetries() (board games, MinAtar Breakout)")
     replay_ratio: float = _field(0.25, "learner steps per env step", low=0.0, low_open=True)
     warmup_transitions: int = _field(1000, "transitions stored before learning starts", low=1)
     weight_sync_interval: int = _field(

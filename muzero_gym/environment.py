@@ -89,13 +89,15 @@ def register_envs() -> None:
 
 def _register_minatar() -> None:
     """The optional [minatar] extra's ids, as ``minatar.gym.register_envs`` makes them
-    (MinAtar/<Game>-v0 with all 6 actions, -v1 with the game's minimal set), registered by
-    name: importing minatar (it imports seaborn and scipy) takes about 2 s, which only a run
-    that makes a MinAtar env pays."""
+    (MinAtar/<Game>-v0 with all 6 actions, -v1 with the game's minimal set), with
+    :class:`~muzero_gym.minatar_env.MinAtarEnv` (minatar's env that also declares its
+    symmetries) as the entry point, registered by name: importing minatar (it imports seaborn
+    and scipy) takes about 2 s, which only a run that makes a MinAtar env pays."""
     for game in ("asterix", "breakout", "freeway", "seaquest", "space_invaders"):
         name = game.title().replace("_", "")
         for version, minimal in (("v0", False), ("v1", True)):
-            gym.register(id=f"MinAtar/{name}-{version}", entry_point="minatar.gym:BaseEnv",
+            gym.register(id=f"MinAtar/{name}-{version}",
+                         entry_point="muzero_gym.minatar_env:MinAtarEnv",
                          kwargs={"game": game, "use_minimal_action_set": minimal})
 
 
