@@ -71,7 +71,7 @@ def _mirror_breakout_state(source, target) -> None:
     target.ball_x, target.last_x, target.pos = 9 - source.ball_x, 9 - source.last_x, \
         9 - source.pos
     target.ball_y, target.last_y = source.ball_y, source.last_y
-    target.ball_dir = [1, 0, 3, 2][source.ball_dir]  # up-left <-> up-right, down-right <-> down-left
+    target.ball_dir = [1, 0, 3, 2][source.ball_dir]  # up-left <-> up-right, etc.
     target.brick_map = source.brick_map[:, ::-1].copy()
     target.strike, target.terminal = source.strike, source.terminal
 
