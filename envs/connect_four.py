@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from muzero_gym.envs.board import EMPTY, BoardGameEnv, BoardState, line_windows
-from muzero_gym.symmetry import Symmetry
+from muzero_gym.symmetry import Symmetry, mirror_columns
 
 # Value of a window of four that holds k stones of one player and none of the other.
 WINDOW_WEIGHTS = np.array([0.0, 0.01, 0.05, 0.25, 0.0])
@@ -38,7 +38,7 @@ class ConnectFourEnv(BoardGameEnv):
 
     def symmetries(self) -> list[Symmetry]:
         """The left-right mirror: columns reversed, so column c becomes column cols - 1 - c."""
-        return [Symmetry("mirror", _mirror_columns, np.arange(self.cols)[::-1])]
+        return [Symmetry("mirror", mirror_columns, np.arange(self.cols)[::-1])]
 
     def heuristic(self, state: BoardState) -> float:
         """tanh of the open windows: each window of four with k of the mover's stones and none
@@ -50,6 +50,3 @@ class ConnectFourEnv(BoardGameEnv):
         score = WINDOW_WEIGHTS[mine][theirs == 0].sum() - WINDOW_WEIGHTS[theirs][mine == 0].sum()
         return float(np.tanh(score))
 
-
-def _mirror_columns(observations: np.ndarray) -> np.ndarray:
-    return observations[..., ::-1]

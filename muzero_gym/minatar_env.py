@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from minatar.gym import BaseEnv
 
-from muzero_gym.symmetry import Symmetry
+from muzero_gym.symmetry import Symmetry, mirror_columns
 
 # MinAtar's full action set, in its order: no-op, left, up, right, down, fire.
 _FULL_ACTIONS = ("n", "l", "u", "r", "d", "f")
@@ -30,20 +30,11 @@ class MinAtarEnv(BaseEnv):
     """``minatar.gym.BaseEnv`` with :meth:`symmetries` (the entry point of muzero_gym's
     ``MinAtar/<Game>-v0/v1`` ids; the same game, spaces and steps as minatar's own)."""
 
-    def __init__(self, game: str, **kwargs):
-        super().__init__(game, **kwargs)
-        self.game_name = game
-
     def symmetries(self) -> list[Symmetry]:
         """Breakout's left-right mirror (columns reversed, left and right swapped); [] for the
         other games."""
-        if self.game_name not in MIRROR_SYMMETRIC_GAMES:
+        if self.game.env_name not in MIRROR_SYMMETRIC_GAMES:
             return []
         names = [_FULL_ACTIONS[action] for action in self.action_set]
         permutation = np.array([names.index(_MIRRORED_ACTION[name]) for name in names])
-        return [Symmetry("mirror", _mirror_columns, permutation)]
-
-
-def _mirror_columns(observations: np.ndarray) -> np.ndarray:
-    """Planes ``[..., C, H, W]`` with their columns reversed."""
-    return observations[..., ::-1]
+        return [Symmetry("mirror", mirror_columns, permutation)]

@@ -47,6 +47,11 @@ class Symmetry:
         return policy[..., self.inverse_permutation]
 
 
+def mirror_columns(observations: np.ndarray) -> np.ndarray:
+    """Planes ``[..., C, H, W]`` with their columns reversed (a left-right mirror)."""
+    return observations[..., ::-1]
+
+
 def game_symmetries(env: gym.Env) -> list[Symmetry]:
     """The symmetries an env declares (its unwrapped ``symmetries()``); [] if it has none."""
     declare = getattr(env.unwrapped, "symmetries", None)
