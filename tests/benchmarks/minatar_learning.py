@@ -3,11 +3,14 @@
 For each seed, trains for ``--minutes`` of training time (evaluations are not counted), with a
 greedy evaluation of ``--eval-episodes`` episodes every ``--eval-every`` env steps, then a final
 evaluation of ``--final-episodes`` episodes; prints the curve, the final mean with its standard
-error, and a uniformly random policy's mean on the same game. Needs the [minatar] extra.
+error, and a uniformly random policy's mean on the same game. ``--final-simulations N ...``
+evaluates the same final weights again on the same episodes with a play-time search of N
+simulations each (``search.eval_simulations``): what a deeper search at play adds to the trained
+network. Needs the [minatar] extra.
 
     python tests/benchmarks/minatar_learning.py [--game breakout] [--seeds 0 1 2]
         [--minutes 30] [--eval-every N] [--eval-episodes N] [--final-episodes N]
-        [--set section.key=value ...]
+        [--final-simulations N ...] [--set section.key=value ...]
 
 The evaluation schedule defaults to the game's (``EVALUATION``): 10 episodes every 10,000 env
 steps and 50 at the end, except Freeway, whose episodes last 2,500 steps (an evaluation of 10
@@ -54,7 +57,7 @@ def random_policy_mean(env_id: str, episodes: int, seed: int) -> float:
 
 
 def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episodes: int,
-             final_episodes: int, overrides: list[str]) -> dict:
+             final_episodes: int, final_simulations: list[int], overrides: list[str]) -> dict:
     config = load_config(f"minatar_{game}", [*overrides, f"train.seed={seed}",
                                              "train.eval_interval=0", "log.progress=false"])
     agent = MuZeroAgent(config)
@@ -69,10 +72,20 @@ def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episode
               f"{agent.training_steps:>7,} learner steps, {trained / 60:5.1f} min, "
               f"eval mean {returns.mean():6.2f}", flush=True)
     final = agent.evaluate(final_episodes, seed=10_000 + seed)
+    deeper = {}
+    for simulations in final_simulations:
+        agent.set_eval_simulations(simulations)
+        deeper[simulations] = agent.evaluate(final_episodes, seed=10_000 + seed)
+        print(f"  {game} seed {seed}: final weights, {simulations} simulations at play: "
+              f"mean {_mean_sem(deeper[simulations])}", flush=True)
     agent.close()
     return {"seed": seed, "env_steps": agent.env_steps, "learner_steps": agent.training_steps,
-            "minutes": trained / 60, "final_mean": float(final.mean()),
-            "final_sem": float(final.std(ddof=1) / np.sqrt(len(final))), "curve": curve}
+            "minutes": trained / 60, "final": final, "deeper": deeper, "curve": curve}
+
+
+def _mean_sem(returns: np.ndarray) -> str:
+    """'mean +- standard error' of evaluation returns."""
+    return f"{returns.mean():7.2f} +- {returns.std(ddof=1) / np.sqrt(len(returns)):.2f}"
 
 
 def main() -> None:
@@ -83,8 +96,12 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, help="default: the game's (EVALUATION)")
     parser.add_argument("--eval-episodes", type=int, help="default: the game's")
     parser.add_argument("--final-episodes", type=int, help="default: the game's")
+    parser.add_argument("--final-simulations", type=int, nargs="+", default=[],
+                        help="evaluate the final weights again with these play-time searches")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
+    if any(n < 1 for n in args.final_simulations):
+        parser.error("--final-simulations must be at least 1")
     for name, default in zip(("eval_every", "eval_episodes", "final_episodes"),
                              EVALUATION[args.game]):
         if getattr(args, name) is None:
@@ -99,15 +116,21 @@ def main() -> None:
           f"({threads} thread{'s' if threads != 1 else ''}), {cpu_name()}", flush=True)
     random_mean = random_policy_mean(config.env.id, 100, 0)
     results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
-                        args.final_episodes, args.overrides) for s in args.seeds]
+                        args.final_episodes, args.final_simulations, args.overrides)
+               for s in args.seeds]
     print(f"\n{config.env.id}: random policy mean {random_mean:.2f} (100 episodes)")
-    print(f"{'seed':>4} {'env steps':>10} {'learner':>8} {'minutes':>8} {'final mean':>11}")
+    deeper = "".join(f" {f'{n} simulations':>17}" for n in args.final_simulations)
+    print(f"{'seed':>4} {'env steps':>10} {'learner':>8} {'minutes':>8} {'final mean':>15}{deeper}")
     for r in results:
         print(f"{r['seed']:>4} {r['env_steps']:>10,} {r['learner_steps']:>8,} "
-              f"{r['minutes']:>8.1f} {r['final_mean']:>7.2f} +- {r['final_sem']:.2f}")
-    finals = np.array([r["final_mean"] for r in results])
-    print(f"mean over {len(finals)} seeds: {finals.mean():.2f} (min {finals.min():.2f}, "
-          f"max {finals.max():.2f})")
+              f"{r['minutes']:>8.1f} {_mean_sem(r['final'])}"
+              + "".join(f" {_mean_sem(r['deeper'][n])}" for n in args.final_simulations))
+    for label, finals in [("", [r["final"].mean() for r in results])] + [
+            (f" ({n} simulations at play)", [r["deeper"][n].mean() for r in results])
+            for n in args.final_simulations]:
+        finals = np.array(finals)
+        print(f"mean over {len(finals)} seeds{label}: {finals.mean():.2f} "
+              f"(min {finals.min():.2f}, max {finals.max():.2f})")
 
 
 if __name__ == "__main__":
