@@ -30,7 +30,7 @@ from torch.nn import functional as F
 
 from muzero_gym.config import TrainConfig
 from muzero_gym.cuda_graph_step import CapturedStep, input_signature, set_learning_rate
-from muzero_gym.networks import MuZeroNetwork, scale_gradient
+from muzero_gym.networks import MuZeroNetwork, scale_gradient, weights_permuted_once
 from muzero_gym.replay import Batch
 from muzero_gym.support import scalar_to_support
 
@@ -131,6 +131,12 @@ class Learner:
     def compute_loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor],
                                                    torch.Tensor]:
         """(weighted total loss, per-part mean losses, predicted root values [B])."""
+        with weights_permuted_once(self.network):  # the heads run once per unrolled step
+            return self._unrolled_loss(batch)
+
+    def _unrolled_loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor],
+                                                    torch.Tensor]:
+        """:meth:`compute_loss`'s work."""
         net = self.network
         observations = self._tensor(batch.observations)
         actions = self._tensor(batch.actions, torch.long)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
@@ -18,6 +19,7 @@ from muzero_gym.networks import (
     build_network,
     inference_network,
     scale_gradient,
+    weights_permuted_once,
 )
 from muzero_gym.support import h, h_inverse, scalar_to_support, support_to_scalar
 
@@ -329,6 +331,45 @@ def test_channels_last_training_network_computes_the_channels_first_function():
         outputs.append((*root, *step, projected, *grads))
     for got, want in zip(outputs[1], outputs[0]):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_heads_sharing_one_permuted_weight_compute_the_same_loss_and_gradients():
+    """Within ``weights_permuted_once`` (the learner's loss) each head's weight is permuted
+    for channels-last planes once and shared by the unrolled steps: the same outputs bit for
+    bit, the same gradients up to the order in which the steps' shares are summed (float64),
+    a gradient still reaching a weight first used without autograd in the block (the
+    consistency loss's target branch), and nothing left on the network after the block."""
+    torch.manual_seed(1)
+    config = ModelConfig(kind="resnet", num_channels=8, num_blocks=0, downsample=False,
+                         value_support_size=3, reward_support_size=2)
+    net = build_network(config, (4, 10, 10), 3).double().to(memory_format=torch.channels_last)
+    for head in (net.value_head, net.policy_head, net.reward_head):
+        torch.nn.init.normal_(head[-1].weight, std=0.3)
+    obs = torch.rand(5, 4, 10, 10, dtype=torch.float64).contiguous(
+        memory_format=torch.channels_last)
+    actions = torch.tensor([[0, 2, 1, 1, 0], [2, 2, 0, 1, 1], [1, 0, 0, 2, 1]])
+
+    def unrolled(shared: bool):
+        with weights_permuted_once(net) if shared else contextlib.nullcontext():
+            with torch.no_grad():
+                target = net.project(net.representation(obs), with_head=False)
+            out = net.initial_inference(obs)
+            outputs = [out.value_logits, out.policy_logits]
+            for step in actions:
+                out = net.recurrent_inference(out.hidden, step)
+                outputs += [out.value_logits, out.policy_logits, out.reward_logits]
+            outputs.append(net.project(out.hidden, with_head=True) - target)
+        loss = sum((t ** 2).sum() for t in outputs)
+        return outputs, torch.autograd.grad(loss, list(net.parameters()))
+
+    want_outputs, want_grads = unrolled(shared=False)
+    got_outputs, got_grads = unrolled(shared=True)
+    for got, want in zip(got_outputs, want_outputs):
+        assert torch.equal(got, want)
+    for got, want in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert all("_permuted" not in m.__dict__ for m in net.modules())
+    copy.deepcopy(net)  # a block's permuted weights would be autograd results: not copyable
 
 
 def test_compiled_mlp_gives_each_row_the_same_bits_in_any_batch():
