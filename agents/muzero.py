@@ -69,6 +69,19 @@ from muzero_gym.workers import (
 CHECKPOINT_VERSION = 1
 
 
+def torch_threads(config: Config) -> int:
+    """Torch's (and numpy's BLAS) threads for each thread of work of a run of ``config``:
+    ``train.num_threads``, or for 0 one with async envs (their workers share the cores), half
+    the cores with a concurrent learner (self-play and learner share them), else 0: torch's
+    default, every core."""
+    threads = config.train.num_threads
+    if threads == 0 and config.env.vectorization == "async":
+        return 1
+    if threads == 0 and config.train.concurrent_learner:
+        return max(1, (os.cpu_count() or 2) // 2)
+    return threads
+
+
 class MuZeroAgent:
     """A MuZero agent for one Gymnasium env, built from a :class:`~muzero_gym.config.Config`."""
 
@@ -138,11 +151,7 @@ class MuZeroAgent:
         # Subnormal floats appear as weights and gradients shrink during training and make CPU
         # kernels several times slower (the backward pass went from 15 to 50 ms on CartPole).
         torch.set_flush_denormal(True)
-        threads = self.config.train.num_threads
-        if threads == 0 and self.config.env.vectorization == "async":
-            threads = 1  # env workers share the cores
-        elif threads == 0 and self.config.train.concurrent_learner:
-            threads = max(1, (os.cpu_count() or 2) // 2)  # self-play and learner share them
+        threads = torch_threads(self.config)
         if threads > 0:
             torch.set_num_threads(threads)
             limit_blas_threads(threads)

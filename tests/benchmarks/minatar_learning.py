@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from _machine import cpu_name
 
-from muzero_gym.agents.muzero import MuZeroAgent
+from muzero_gym.agents.muzero import MuZeroAgent, torch_threads
 from muzero_gym.config import load_config
 from muzero_gym.environment import register_envs
 
@@ -109,11 +109,13 @@ def main() -> None:
         elif getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     config = load_config(f"minatar_{args.game}", args.overrides)
-    threads = config.train.num_threads or torch.get_num_threads()
+    threads = torch_threads(config) or torch.get_num_threads()
     print(f"{config.env.id}, preset minatar_{args.game}, {args.minutes:g} min per seed, "
           f"evaluation: {args.eval_episodes} episodes every {args.eval_every:,} env steps, "
           f"{args.final_episodes} at the end, torch {torch.__version__} "
-          f"({threads} thread{'s' if threads != 1 else ''}), {cpu_name()}", flush=True)
+          f"({threads} thread{'s' if threads != 1 else ''}"
+          f"{' each for self-play and learner' if config.train.concurrent_learner else ''}), "
+          f"{cpu_name()}", flush=True)
     random_mean = random_policy_mean(config.env.id, 100, 0)
     results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
                         args.final_episodes, args.final_simulations, args.overrides)
