@@ -101,8 +101,8 @@ def weights_permuted_once(network: nn.Module) -> Iterator[None]:
     channels-last planes once and reuses it (a learner step calls each head once per unrolled
     step: 17 weight copies forward and 17 backward become 3 and 3, about 7% of a MinAtar
     Breakout learner step on a CPU; the same values, the gradients summed before the permutation
-    instead of after it). The weights must not change inside the block; nothing is kept after it, so
-    copies and checkpoints of the network never hold the permuted weights."""
+    instead of after it). The weights must not change inside the block; nothing is kept after
+    it, so copies and checkpoints of the network never hold the permuted weights."""
     layers = [m for m in network.modules() if isinstance(m, PlanesLinear)]
     for layer in layers:
         layer._permuted = {}

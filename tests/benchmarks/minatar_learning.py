@@ -127,10 +127,9 @@ def main() -> None:
         print(f"{r['seed']:>4} {r['env_steps']:>10,} {r['learner_steps']:>8,} "
               f"{r['minutes']:>8.1f} {_mean_sem(r['final'])}"
               + "".join(f" {_mean_sem(r['deeper'][n])}" for n in args.final_simulations))
-    for label, finals in [("", [r["final"].mean() for r in results])] + [
-            (f" ({n} simulations at play)", [r["deeper"][n].mean() for r in results])
-            for n in args.final_simulations]:
-        finals = np.array(finals)
+    for n in [None, *args.final_simulations]:  # None: the preset's play-time search
+        finals = np.array([(r["final"] if n is None else r["deeper"][n]).mean() for r in results])
+        label = "" if n is None else f" ({n} simulations at play)"
         print(f"mean over {len(finals)} seeds{label}: {finals.mean():.2f} "
               f"(min {finals.min():.2f}, max {finals.max():.2f})")
 
