@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from _machine import cpu_name
+from _seeds import spread
 
 from muzero_gym.agents.muzero import MuZeroAgent, torch_threads
 from muzero_gym.config import load_config
@@ -127,11 +128,10 @@ def main() -> None:
         print(f"{r['seed']:>4} {r['env_steps']:>10,} {r['learner_steps']:>8,} "
               f"{r['minutes']:>8.1f} {_mean_sem(r['final'])}"
               + "".join(f" {_mean_sem(r['deeper'][n])}" for n in args.final_simulations))
-    for n in [None, *args.final_simulations]:  # None: the preset's play-time search
-        finals = np.array([(r["final"] if n is None else r["deeper"][n]).mean() for r in results])
-        label = "" if n is None else f" ({n} simulations at play)"
-        print(f"mean over {len(finals)} seeds{label}: {finals.mean():.2f} "
-              f"(min {finals.min():.2f}, max {finals.max():.2f})")
+    print(spread("final mean", [r["final"].mean() for r in results], "{:.2f}"))
+    for n in args.final_simulations:
+        print(spread(f"final mean, {n} simulations at play",
+                     [r["deeper"][n].mean() for r in results], "{:.2f}"))
 
 
 if __name__ == "__main__":
