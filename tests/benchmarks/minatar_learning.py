@@ -5,8 +5,8 @@ greedy evaluation of ``--eval-episodes`` episodes every ``--eval-every`` env ste
 evaluation of ``--final-episodes`` episodes; prints the curve, the final mean with its standard
 error, and a uniformly random policy's mean on the same game. ``--final-simulations N ...``
 evaluates the same final weights again on the same episodes with a play-time search of N
-simulations each (``search.eval_simulations``): what a deeper search at play adds to the trained
-network. Needs the [minatar] extra.
+simulations each (``search.eval_simulations``): what a deeper or shallower search at play does
+with the trained network (1: the policy head alone). Needs the [minatar] extra.
 
     python tests/benchmarks/minatar_learning.py [--game breakout] [--seeds 0 1 2]
         [--minutes 30] [--eval-every N] [--eval-episodes N] [--final-episodes N]
@@ -73,15 +73,20 @@ def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episode
               f"{agent.training_steps:>7,} learner steps, {trained / 60:5.1f} min, "
               f"eval mean {returns.mean():6.2f}", flush=True)
     final = agent.evaluate(final_episodes, seed=10_000 + seed)
-    deeper = {}
+    at_play = {}
     for simulations in final_simulations:
         agent.set_eval_simulations(simulations)
-        deeper[simulations] = agent.evaluate(final_episodes, seed=10_000 + seed)
-        print(f"  {game} seed {seed}: final weights, {simulations} simulations at play: "
-              f"mean {_mean_sem(deeper[simulations])}", flush=True)
+        at_play[simulations] = agent.evaluate(final_episodes, seed=10_000 + seed)
+        print(f"  {game} seed {seed}: final weights, {_simulations(simulations)} at play: "
+              f"mean {_mean_sem(at_play[simulations])}", flush=True)
     agent.close()
     return {"seed": seed, "env_steps": agent.env_steps, "learner_steps": agent.training_steps,
-            "minutes": trained / 60, "final": final, "deeper": deeper, "curve": curve}
+            "minutes": trained / 60, "final": final, "at_play": at_play, "curve": curve}
+
+
+def _simulations(n: int) -> str:
+    """'1 simulation', '16 simulations'."""
+    return f"{n} simulation{'s' if n != 1 else ''}"
 
 
 def _mean_sem(returns: np.ndarray) -> str:
@@ -122,16 +127,17 @@ def main() -> None:
                         args.final_episodes, args.final_simulations, args.overrides)
                for s in args.seeds]
     print(f"\n{config.env.id}: random policy mean {random_mean:.2f} (100 episodes)")
-    deeper = "".join(f" {f'{n} simulations':>17}" for n in args.final_simulations)
-    print(f"{'seed':>4} {'env steps':>10} {'learner':>8} {'minutes':>8} {'final mean':>15}{deeper}")
+    at_play = "".join(f" {_simulations(n):>17}" for n in args.final_simulations)
+    print(f"{'seed':>4} {'env steps':>10} {'learner':>8} {'minutes':>8} {'final mean':>15}"
+          + at_play)
     for r in results:
         print(f"{r['seed']:>4} {r['env_steps']:>10,} {r['learner_steps']:>8,} "
               f"{r['minutes']:>8.1f} {_mean_sem(r['final'])}"
-              + "".join(f" {_mean_sem(r['deeper'][n])}" for n in args.final_simulations))
+              + "".join(f" {_mean_sem(r['at_play'][n])}" for n in args.final_simulations))
     print(spread("final mean", [r["final"].mean() for r in results], "{:.2f}"))
     for n in args.final_simulations:
-        print(spread(f"final mean, {n} simulations at play",
-                     [r["deeper"][n].mean() for r in results], "{:.2f}"))
+        print(spread(f"final mean, {_simulations(n)} at play",
+                     [r["at_play"][n].mean() for r in results], "{:.2f}"))
 
 
 if __name__ == "__main__":
