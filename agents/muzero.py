@@ -56,6 +56,7 @@ from muzero_gym.run_folder import RunLock, remove_stale_temp_files
 from muzero_gym.run_log import RunLogger
 from muzero_gym.selfplay import SelfPlay
 from muzero_gym.simulator import SimulatorSearchAdapter, scratch_seed
+from muzero_gym.stops import deferred_stops
 from muzero_gym.workers import (
     LearnerWorker,
     PlayResult,
@@ -484,11 +485,13 @@ class MuZeroAgent:
                                      np.stack([g.legal_action_mask() for g in games]),
                                      np.array([g.to_play() for g in games]), states)
 
+    @deferred_stops()
     def search_positions(self, images: np.ndarray, legal_action_mask: np.ndarray | None = None,
                          to_play: np.ndarray | None = None, states: list | None = None,
                          add_noise: bool = False) -> SearchResult:
-        """One batched search from model inputs [B, ...] with the acting weights. With
-        ``search.simulator`` on, ``states`` (the envs' ``get_state()``) must be given."""
+        """One batched search from model inputs [B, ...] with the acting weights (a stop signal
+        waits for its end). With ``search.simulator`` on, ``states`` (the envs' ``get_state()``)
+        must be given."""
         if not self.config.search.simulator:
             return plan(self.selfplay_network, self.acting_search, images, legal_action_mask,
                         to_play, self.rng, add_noise=add_noise)

@@ -24,6 +24,7 @@ import numpy as np
 
 from muzero_gym.environment import make_env
 from muzero_gym.progress import Progress
+from muzero_gym.stops import deferred_stops
 
 if TYPE_CHECKING:
     from muzero_gym.agents.muzero import MuZeroAgent
@@ -142,27 +143,36 @@ def play_matches(agent: MuZeroAgent, opponent: Opponent, num_games: int,
             games.append(game)
         active = np.ones(num_games, dtype=np.bool_)
         while active.any():
-            actions = np.zeros(num_games, dtype=np.int64)
-            to_play = np.array([g.to_play() for g in games])
-            mine = np.flatnonzero(active & (to_play == seats))
-            if mine.size:
-                searched = agent.search_games([games[i] for i in mine], [envs[i] for i in mine])
-                actions[mine] = searched.greedy_actions()
-            for i in np.flatnonzero(active & (to_play != seats)):
-                actions[i] = opponent.choose(envs[i], games[i].legal_action_mask())
-            for i in np.flatnonzero(active):
-                mover = int(to_play[i])
-                observation, reward, terminated, truncated, info = envs[i].step(int(actions[i]))
-                games[i].record_step(int(actions[i]), float(reward), observation, terminated,
-                                     truncated, info)
-                if terminated or truncated:
-                    active[i] = False
-                    seat = int(seats[i])
-                    outcome = 0 if reward == 0 else (1 if (reward > 0) == (mover == seat) else -1)
-                    result.add(seat, outcome, info.get("result", ""))
-                    bar.update(result.games, won=sum(result.wins), lost=sum(result.losses))
+            with deferred_stops():  # a stop signal waits for the round of moves to end
+                _play_round(agent, opponent, games, envs, seats, active, result, bar)
     finally:
         bar.close()
         for env in envs:
             env.close()
     return result
+
+
+def _play_round(agent: MuZeroAgent, opponent: Opponent, games: list, envs: list,
+                seats: np.ndarray, active: np.ndarray, result: MatchResult,
+                bar: Progress) -> None:
+    """One move in every game still on: the agent's in one batched search, the opponent's one
+    by one; a finished game goes into ``result`` and leaves ``active``."""
+    actions = np.zeros(len(games), dtype=np.int64)
+    to_play = np.array([g.to_play() for g in games])
+    mine = np.flatnonzero(active & (to_play == seats))
+    if mine.size:
+        searched = agent.search_games([games[i] for i in mine], [envs[i] for i in mine])
+        actions[mine] = searched.greedy_actions()
+    for i in np.flatnonzero(active & (to_play != seats)):
+        actions[i] = opponent.choose(envs[i], games[i].legal_action_mask())
+    for i in np.flatnonzero(active):
+        mover = int(to_play[i])
+        observation, reward, terminated, truncated, info = envs[i].step(int(actions[i]))
+        games[i].record_step(int(actions[i]), float(reward), observation, terminated,
+                             truncated, info)
+        if terminated or truncated:
+            active[i] = False
+            seat = int(seats[i])
+            outcome = 0 if reward == 0 else (1 if (reward > 0) == (mover == seat) else -1)
+            result.add(seat, outcome, info.get("result", ""))
+            bar.update(result.games, won=sum(result.wins), lost=sum(result.losses))

@@ -14,79 +14,26 @@ Examples::
     muzero-gym presets
     muzero-gym config cartpole --set train.lr_init=0.001
 
-Bad input gets one line on stderr and exit status 2, with nothing written. ``train`` saves a
-checkpoint and says how to resume when it is stopped by Ctrl-C, SIGTERM or SIGHUP (exit status
-128 + the signal's number), and holds its run folder's lock while it runs.
+Bad input gets one line on stderr and exit status 2, with nothing written. Ctrl-C, SIGTERM or
+SIGHUP stop a command once the move or checkpoint write in progress is done (a second signal
+stops it at once), with exit status 128 + the signal's number (:mod:`muzero_gym.stops`).
+``train`` then saves a checkpoint and says how to resume; it holds its run folder's lock while
+it runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from muzero_gym.config import ConfigError, check_execution_overrides, list_presets, load_config
 from muzero_gym.envs.opponents import OPPONENTS
-from muzero_gym.run_folder import defer_stop, stops_deferred
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised where the main thread is, as Ctrl-C raises KeyboardInterrupt:
-    the run saves its checkpoint on the way out."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-_received: list[int] = []  # the stop signals the handlers below saw in this run, latest last
-
-
-def _signal_of(stop: KeyboardInterrupt) -> int:
-    """The signal that stopped the run. Ray's waits turn the handler's :class:`Stopped` into
-    a plain KeyboardInterrupt, so what the handler saw says which signal it was."""
-    if isinstance(stop, Stopped):
-        return stop.signum
-    return _received[-1] if _received else signal.SIGINT
-
-
-def _exit_status(stop: KeyboardInterrupt) -> int:
-    return 128 + _signal_of(stop)
-
-
-def _signal_name(stop: KeyboardInterrupt) -> str:
-    signum = _signal_of(stop)
-    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-
-
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[None]:
-    """SIGTERM (cluster schedulers, ``docker stop``) and SIGHUP (a closed terminal) stop a
-    run the way Ctrl-C does. A signal the process was started ignoring stays ignored: a run
-    under ``nohup`` outlives its terminal."""
-    def stop(signum: int, frame: object) -> None:
-        _received.append(signum)
-        interrupt = KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
-        if stops_deferred():  # a checkpoint is being written: stop once it is whole
-            defer_stop(interrupt)
-            return
-        raise interrupt
-
-    names = [s for s in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, s)
-             and signal.getsignal(getattr(signal, s)) not in (signal.SIG_IGN, None)]
-    _received.clear()
-    previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
-    try:
-        yield
-    finally:
-        for name, handler in previous.items():
-            signal.signal(getattr(signal, name), handler)
+from muzero_gym.stops import exit_status, stop_name, stop_signals
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -254,16 +201,16 @@ def _train(args: argparse.Namespace) -> int:
             except KeyboardInterrupt as stop:
                 saved = ("no checkpoint was written" if agent.saved_env_steps is None else
                          f"checkpoint of {agent.saved_env_steps:,} env steps in {run_dir}")
-                print(f"\nstopped ({_signal_name(stop)}) at {agent.env_steps:,} env steps; "
+                print(f"\nstopped ({stop_name(stop)}) at {agent.env_steps:,} env steps; "
                       f"{saved}; continue with: muzero-gym train --resume {run_dir}",
                       file=sys.stderr)
-                return _exit_status(stop)
+                return exit_status(stop)
             try:
                 result = agent.evaluate_and_log(progress=not args.no_progress)
             except KeyboardInterrupt as stop:
-                print(f"\nfinal evaluation stopped ({_signal_name(stop)}); checkpoint of "
+                print(f"\nfinal evaluation stopped ({stop_name(stop)}); checkpoint of "
                       f"{agent.saved_env_steps:,} env steps in {run_dir}", file=sys.stderr)
-                return _exit_status(stop)
+                return exit_status(stop)
     finally:
         agent.unlock_run_dir()
     train = agent.config.train
@@ -379,21 +326,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "config":
             print(load_config(args.target, args.overrides).to_toml(), end="")
             return 0
-        if args.command == "train":
-            with _stop_signals():
+        with stop_signals():
+            if args.command == "train":
                 return _train(args)
-        if args.command == "play":
-            return _play(args)
-        if args.command in ENGINE_ENVS:
-            return _engine(args)
-        return _evaluate(args)
+            if args.command == "play":
+                return _play(args)
+            if args.command in ENGINE_ENVS:
+                return _engine(args)
+            return _evaluate(args)
     except (ConfigError, EnvError, SpaceError, CheckpointError, RunFolderError,
             TrainingDivergedError, NonFiniteEnvData) as e:
         print(f"muzero-gym: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        print(f"\nmuzero-gym: stopped ({_signal_name(stop)})", file=sys.stderr)
-        return _exit_status(stop)
+        print(f"\nmuzero-gym: stopped ({stop_name(stop)})", file=sys.stderr)
+        return exit_status(stop)
 
 
 if __name__ == "__main__":

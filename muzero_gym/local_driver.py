@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from muzero_gym.progress import Progress
+from muzero_gym.stops import deferred_stops
 
 if TYPE_CHECKING:
     from muzero_gym.agents.muzero import MuZeroAgent
@@ -34,22 +35,25 @@ def run_local(agent: MuZeroAgent, total_env_steps: int, show_progress: bool) -> 
             if learner_thread is not None and agent.learner_steps_due() >= 1:
                 # This thread leaves the replay alone until the learner thread is done.
                 training = learner_thread.submit(agent.train_steps, agent.take_due_steps())
-            try:
-                result = agent.selfplay_worker.play(1, agent.training_steps)
-            except BaseException:
-                # An env that raised mid-step leaves the vector env in an unknown state:
-                # start afresh next time, so the agent stays usable. What was played is
-                # kept (a step records nothing before its env has stepped).
-                agent.close()
-                raise
-            finally:
-                if training is not None:
-                    training.result()
-            agent.receive(result)
-            if agent.steady_start is None:
-                agent.mark_steady()
-            if learner_thread is None:
-                agent.train_steps(agent.take_due_steps())
+            # A stop signal takes effect once the move is in the replay and its learner
+            # steps are taken (muzero_gym.stops).
+            with deferred_stops():
+                try:
+                    result = agent.selfplay_worker.play(1, agent.training_steps)
+                except BaseException:
+                    # An env that raised mid-step leaves the vector env in an unknown state:
+                    # start afresh next time, so the agent stays usable. What was played is
+                    # kept (a step records nothing before its env has stepped).
+                    agent.close()
+                    raise
+                finally:
+                    if training is not None:
+                        training.result()
+                agent.receive(result)
+                if agent.steady_start is None:
+                    agent.mark_steady()
+                if learner_thread is None:
+                    agent.train_steps(agent.take_due_steps())
             agent.sync_if_due()
             agent.after_moves(before, bar)
     finally:

@@ -16,6 +16,7 @@ from muzero_gym.inference import ModelSearchAdapter
 from muzero_gym.mcts import BatchedMCTS
 from muzero_gym.networks import MuZeroNetwork
 from muzero_gym.replay import Batch, SearchInputs
+from muzero_gym.stops import deferred_stops
 
 
 def _search(network: MuZeroNetwork, search: BatchedMCTS, inputs: SearchInputs,
@@ -33,6 +34,7 @@ def _search(network: MuZeroNetwork, search: BatchedMCTS, inputs: SearchInputs,
     return rows, steps, result
 
 
+@deferred_stops()
 @torch.inference_mode()
 def reanalyse(batch: Batch, network: MuZeroNetwork, search: BatchedMCTS, fraction: float,
               rng: np.random.Generator, refresh_policy: bool = False,

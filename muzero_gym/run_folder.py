@@ -10,9 +10,8 @@
   renames it over the target and fsyncs the folder, so a crash at any moment leaves either the
   old file or the new one. The new file gets the permissions of any file the user creates
   (``0o666`` less the umask), not the temporary file's ``0o600``.
-- :func:`deferred_stops` marks work a stop signal must not cut in half (the whole of
-  :func:`atomic_write`): a signal handler that sees :func:`stops_deferred` hands its stop to
-  :func:`defer_stop`, which is raised when the work is done.
+- A stop signal during :func:`atomic_write` takes effect once the file is whole
+  (:func:`muzero_gym.stops.deferred_stops`).
 - :func:`remove_stale_temp_files` deletes what a process killed in the middle of
   :func:`atomic_write` left behind; call it while holding the lock.
 - Every failure to write becomes a :class:`RunFolderError` naming what could not be written,
@@ -26,11 +25,12 @@ import json
 import os
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from muzero_gym.stops import deferred_stops
 
 LOCK_NAME = "run.lock"
 TEMP_SUFFIX = ".tmp"
@@ -88,44 +88,11 @@ def _umask() -> int:
     return mask
 
 
-_deferral: dict = {"depth": 0, "pending": None}
-
-
-def stops_deferred() -> bool:
-    """Whether work that a stop must not interrupt is running (see :func:`deferred_stops`)."""
-    return _deferral["depth"] > 0
-
-
-def defer_stop(stop: BaseException) -> None:
-    """Raises ``stop`` when the deferred work is done (the first stop wins)."""
-    if _deferral["pending"] is None:
-        _deferral["pending"] = stop
-
-
-@contextlib.contextmanager
-def deferred_stops():
-    """Work inside runs to its end; a stop deferred meanwhile is raised afterwards. Only the
-    main thread's work is guarded: Python runs signal handlers there alone, so no stop can
-    interrupt another thread's (nor be raised in it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _deferral["depth"] += 1
-    try:
-        yield
-    finally:
-        _deferral["depth"] -= 1
-    pending = _deferral["pending"]
-    if _deferral["depth"] == 0 and pending is not None:
-        _deferral["pending"] = None
-        raise pending
-
-
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None], what: str,
                  keeps: str = "") -> Path:
     """Writes ``path`` through ``write(file)`` atomically (see module doc); a stop signal during
-    the write takes effect after it (:func:`deferred_stops`). ``what`` names the file in errors
-    ("checkpoint"); ``keeps`` says what is still there if it fails."""
+    the write takes effect after it (:func:`~muzero_gym.stops.deferred_stops`). ``what`` names
+    the file in errors ("checkpoint"); ``keeps`` says what is still there if it fails."""
     with deferred_stops():
         return _atomic_write(path, write, what, keeps)
 

@@ -50,6 +50,7 @@ from muzero_gym.mcts import BatchedMCTS, select_actions
 from muzero_gym.networks import MuZeroNetwork
 from muzero_gym.segment import Segment, cut_segment
 from muzero_gym.simulator import SimulatorSearchAdapter
+from muzero_gym.stops import deferred_stops
 
 SOURCE_ID_STRIDE = 2**40  # source ids: worker_id * stride + the worker's game count
 
@@ -219,9 +220,10 @@ class SelfPlay:
         if self.simulator is not None:
             self.simulator.refresh()
 
+    @deferred_stops()
     @torch.inference_mode()
     def step(self, training_step: int = 0) -> StepStats:
-        """One batched search and one vector env step."""
+        """One batched search and one vector env step (a stop signal waits for its end)."""
         if not self.games:
             raise RuntimeError("call reset() before step()")
         self.network.eval()

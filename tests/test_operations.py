@@ -20,11 +20,19 @@ import torch
 
 from muzero_gym.agents.muzero import MuZeroAgent
 from muzero_gym.checkpoint import load_checkpoint
-from muzero_gym.cli import _exit_status, _signal_name, _stop_signals, main
+from muzero_gym.cli import main
 from muzero_gym.config import EnvConfig, load_config
 from muzero_gym.environment import DEFAULT_MAX_EPISODE_STEPS, episode_step_limit, make_env
 from muzero_gym.learner import TrainingDivergedError
 from muzero_gym.run_folder import RunFolderError, RunLock, atomic_write, remove_stale_temp_files
+from muzero_gym.stops import (
+    Stopped,
+    deferred_stops,
+    exit_status,
+    stop_name,
+    stop_signals,
+    stops_deferred,
+)
 
 TINY = ["search.num_simulations=4", "env.num_envs=2", "train.batch_size=8",
         "train.warmup_transitions=20", "train.replay_ratio=0.5", "train.eval_interval=0",
@@ -221,6 +229,62 @@ def test_sighup_stops_a_run_like_ctrl_c(tmp_path, capsys, monkeypatch, sighup_de
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # restored
 
 
+def test_a_stop_signal_during_a_move_takes_effect_once_the_move_is_in_the_replay(
+        tmp_path, capsys, monkeypatch):
+    # Compiled code (numba's search) calls back into Python, where an exception raised by a
+    # signal handler turns into a SystemError: a stop waits for the move to end instead.
+    import gymnasium as gym
+
+    env_step = gym.vector.SyncVectorEnv.step
+    moves = []
+
+    def step_signalled_on_the_fifth_move(self, actions):
+        moves.append(len(actions))
+        if len(moves) == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs here, in the middle of the move
+        return env_step(self, actions)
+
+    monkeypatch.setattr(gym.vector.SyncVectorEnv, "step", step_signalled_on_the_fifth_move)
+    code = main(["train", "cartpole", "--env-steps", "10000", "--logdir", str(tmp_path),
+                 "--run-name", "r", *cli_tiny()])
+    assert code == 128 + signal.SIGTERM
+    assert moves == [2] * 5  # no move after the one the signal came in
+    err = one_error_line(capsys)
+    assert "stopped (SIGTERM) at 10 env steps; checkpoint of 10 env steps" in err
+    assert load_checkpoint(tmp_path / "r")["counters"]["env_steps"] == 10
+
+
+def test_a_second_stop_signal_during_deferred_work_stops_it_at_once():
+    done = []
+    with stop_signals(), pytest.raises(Stopped) as stop:
+        with deferred_stops():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here and defers the stop
+            done.append("after the first")
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            done.append("after the second")
+    assert stop.value.signum == signal.SIGTERM and done == ["after the first"]
+    assert not stops_deferred()
+    with stop_signals(), pytest.raises(KeyboardInterrupt):  # the same work with one stop
+        with deferred_stops():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            done.append("to the end")
+    assert done[-1] == "to the end"
+
+
+def test_work_that_fails_drops_the_stop_deferred_during_it():
+    with stop_signals():
+        with pytest.raises(ValueError), deferred_stops():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            raise ValueError("the work's own error")
+        with deferred_stops():  # the next work does not get the old stop
+            time.sleep(0.01)
+
+
 def test_a_stop_during_the_final_save_names_the_checkpoint_on_disk(tmp_path, capsys,
                                                                    monkeypatch):
     import muzero_gym.agents.muzero as agent_module
@@ -388,24 +452,24 @@ def test_a_checkpoint_never_imports_a_module_by_itself(tmp_path, capsys):
 
 def test_a_stop_signal_turned_into_a_plain_keyboard_interrupt_is_still_named():
     # Ray's waits catch the handler's Stopped and raise a bare KeyboardInterrupt instead.
-    with _stop_signals():
+    with stop_signals():
         try:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # the handler raises at the next bytecode
         except KeyboardInterrupt:
             pass
         bare = KeyboardInterrupt()
-        assert _exit_status(bare) == 128 + signal.SIGTERM
-        assert _signal_name(bare) == "SIGTERM"
-    with _stop_signals():  # a new run forgets the last one's signal
-        assert _exit_status(KeyboardInterrupt()) == 128 + signal.SIGINT
-        assert _signal_name(KeyboardInterrupt()) == "Ctrl-C"
+        assert exit_status(bare) == 128 + signal.SIGTERM
+        assert stop_name(bare) == "SIGTERM"
+    with stop_signals():  # a new run forgets the last one's signal
+        assert exit_status(KeyboardInterrupt()) == 128 + signal.SIGINT
+        assert stop_name(KeyboardInterrupt()) == "Ctrl-C"
 
 
 def test_a_run_started_ignoring_sighup_keeps_ignoring_it():
     before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
-        with _stop_signals():
+        with stop_signals():
             assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # still stops the run
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
@@ -414,8 +478,6 @@ def test_a_run_started_ignoring_sighup_keeps_ignoring_it():
 
 
 def test_a_stop_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_whole(tmp_path):
-    from muzero_gym import cli, run_folder
-
     def write(file):
         file.write(b"first half, ")
         os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, in the write
@@ -423,20 +485,18 @@ def test_a_stop_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_w
             file.write(b"")
         file.write(b"second half")
 
-    with cli._stop_signals(), pytest.raises(cli.Stopped):
-        run_folder.atomic_write(tmp_path / "checkpoint.pt", write, "checkpoint")
+    with stop_signals(), pytest.raises(Stopped):
+        atomic_write(tmp_path / "checkpoint.pt", write, "checkpoint")
     assert (tmp_path / "checkpoint.pt").read_bytes() == b"first half, second half"
-    assert not run_folder.stops_deferred()
+    assert not stops_deferred()
 
 
 def test_only_the_main_threads_writes_defer_stops(tmp_path):
-    from muzero_gym import run_folder
-
     seen = []
-    writer = threading.Thread(target=run_folder.atomic_write, args=(
-        tmp_path / "replay.pt", lambda file: seen.append(run_folder.stops_deferred()), "replay"))
+    writer = threading.Thread(target=atomic_write, args=(
+        tmp_path / "replay.pt", lambda file: seen.append(stops_deferred()), "replay"))
     writer.start()
     writer.join()
-    run_folder.atomic_write(tmp_path / "checkpoint.pt",
-                            lambda file: seen.append(run_folder.stops_deferred()), "checkpoint")
-    assert seen == [False, True] and not run_folder.stops_deferred()
+    atomic_write(tmp_path / "checkpoint.pt", lambda file: seen.append(stops_deferred()),
+                 "checkpoint")
+    assert seen == [False, True] and not stops_deferred()
