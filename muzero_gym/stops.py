@@ -7,11 +7,12 @@
   a run under ``nohup`` outlives its terminal.
 - :func:`deferred_stops` marks work a stop must not cut in half: a checkpoint being written
   (:func:`muzero_gym.run_folder.atomic_write`), and one move, that is one batched search with its
-  env steps (self-play, evaluation, matches, reanalyse). Compiled code (numba's, torch's) calls
-  back into Python, and an exception a signal handler raises inside such a callback does not
-  unwind as a KeyboardInterrupt: numba reports it as ``SystemError: ... returned a result with
-  an exception set``. A stop that arrives during deferred work is raised when the work is done;
-  a second stop during the same work is raised at once (a hung env can still be stopped).
+  env steps (self-play, evaluation, matches, reanalyse). numba's compiled code calls back into
+  Python (to box a returned array, to load compiled code), and an exception a signal handler
+  raises inside such a callback does not unwind as a KeyboardInterrupt: numba reports it as
+  ``SystemError: ... returned a result with an exception set``, or loses it. A stop that
+  arrives during deferred work is raised when the work is done; a second stop during the same
+  work is raised at once (a hung env can still be stopped).
 - :func:`exit_status` and :func:`stop_name` say which signal stopped a run, also when Ray's
   waits turned :class:`Stopped` into a plain KeyboardInterrupt.
 """
