@@ -39,13 +39,9 @@ README for a head node and worker nodes).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +49,7 @@ import numpy as np
 from muzero_gym.config import Config, ConfigError, config_from_dict
 from muzero_gym.progress import Progress
 from muzero_gym.selfplay import SOURCE_ID_STRIDE
+from muzero_gym.stops import stop_handlers_kept
 from muzero_gym.workers import PlayResult, SelfPlayWorker, build_model, inspect_env
 
 if TYPE_CHECKING:
@@ -73,31 +70,13 @@ def import_ray():
     return ray
 
 
-@contextlib.contextmanager
-def _keeping_stop_signals() -> Iterator[None]:
-    """Puts back the SIGTERM, SIGHUP and SIGINT handlers ``ray.init`` replaces (a Python one
-    that exits, and a native one that aborts): a run stopped by a signal still checkpoints and
-    says how to resume, as a local run does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    names = [name for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name)]
-    before = {name: signal.getsignal(getattr(signal, name)) for name in names}
-    try:
-        yield
-    finally:
-        for name, handler in before.items():
-            if handler is not None:  # None: not set from Python; nothing to put back
-                signal.signal(getattr(signal, name), handler)
-
-
 def start_ray(address: str | None, num_actors: int) -> bool:
     """Connects to the cluster at ``address``, or starts one on this machine bound to
     127.0.0.1; returns whether this call started Ray (and should shut it down)."""
     ray = import_ray()
     if ray.is_initialized():
         return False
-    with _keeping_stop_signals():
+    with stop_handlers_kept():
         _init_ray(ray, address, num_actors)
     return True
 

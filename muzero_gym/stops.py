@@ -78,12 +78,15 @@ def _handle(signum: int, frame: object) -> None:
     raise interrupt
 
 
+_STOP_SIGNALS = tuple(name for name in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP handled as the module doc says while the block runs; the
     handlers before it are put back after it."""
-    names = [s for s in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, s)
-             and signal.getsignal(getattr(signal, s)) not in (signal.SIG_IGN, None)]
+    names = [s for s in _STOP_SIGNALS
+             if signal.getsignal(getattr(signal, s)) not in (signal.SIG_IGN, None)]
     _received.clear()
     previous = {name: signal.signal(getattr(signal, name), _handle) for name in names}
     try:
@@ -91,6 +94,24 @@ def stop_signals() -> Iterator[None]:
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
+
+
+@contextlib.contextmanager
+def stop_handlers_kept() -> Iterator[None]:
+    """Puts back, after the block, the stop signals' handlers a library call in it replaced
+    (``ray.init`` installs a Python one that exits and a native one that aborts): a run stopped
+    by a signal still checkpoints and says how to resume. Outside the main thread, where no
+    handler can be set, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {name: signal.getsignal(getattr(signal, name)) for name in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for name, handler in before.items():
+            if handler is not None:  # None: not set from Python; nothing to put back
+                signal.signal(getattr(signal, name), handler)
 
 
 def _signal_of(stop: KeyboardInterrupt) -> int:
