@@ -20,11 +20,12 @@ cannot write the same run, and a checkpoint is never written over with NaN weigh
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,7 @@ class MuZeroAgent:
         self.replay_left_out = False  # loaded for play only (``load(include_replay=False)``)
         self._train_credit = 0.0
         self._last_sync_step = 0
+        self._acting_on_average = False  # the acting network holds the averaged weights
         self._logger: RunLogger | None = None
         self._metrics: dict[str, list[float]] = collections.defaultdict(list)
         self._recent_returns: collections.deque[float] = collections.deque(maxlen=20)
@@ -235,6 +237,8 @@ class MuZeroAgent:
         if total_env_steps < 1:
             raise ValueError(f"total_env_steps = {total_env_steps}: must be >= 1")
         self._check_replay_loaded("train")
+        if self._acting_on_average:  # self-play acts on the trained weights
+            self.sync_selfplay_weights()
         locked_here = self._run_lock is not None and not self._run_lock.held
         self.lock_run_dir()
         try:
@@ -398,8 +402,33 @@ class MuZeroAgent:
 
     def sync_selfplay_weights(self) -> None:
         """Copies the trained weights into the self-play network."""
-        self.selfplay_network.load_state_dict(self.learner.network.state_dict())
+        self._load_acting_weights(self.learner.network, averaged=False)
         self._last_sync_step = self.training_steps
+
+    def sync_playing_weights(self) -> None:
+        """Copies the weights evaluation and play use into the acting network: the moving
+        average of the trained weights with ``train.averaged_weights_tau`` > 0, else the
+        trained weights. Evaluations, matches, :meth:`predict` and :meth:`search_positions`
+        see to it themselves; :meth:`learn` puts the trained weights back for self-play."""
+        if self.learner.averaged_network is None:
+            self.sync_selfplay_weights()
+        else:
+            self._load_acting_weights(self.learner.averaged_network, averaged=True)
+
+    @contextlib.contextmanager
+    def playing_weights(self) -> Iterator[None]:
+        """The acting network holds the weights of evaluation and play inside the block and
+        the trained ones after it, for self-play."""
+        self.sync_playing_weights()
+        try:
+            yield
+        finally:
+            if self.learner.averaged_network is not None:
+                self.sync_selfplay_weights()
+
+    def _load_acting_weights(self, network: torch.nn.Module, averaged: bool) -> None:
+        self.selfplay_network.load_state_dict(network.state_dict())
+        self._acting_on_average = averaged
         self.selfplay_worker.refresh()
         if self._acting_simulator is not None:
             self._acting_simulator.refresh()
@@ -470,11 +499,11 @@ class MuZeroAgent:
         """Greedy games against ``opponent`` (two-player envs); by default half of them with
         the agent moving first, each after ``opening_plies`` random moves (default
         ``train.eval_opening_plies``; see :func:`muzero_gym.arena.play_matches`)."""
-        self.sync_selfplay_weights()
         if opening_plies is None:
             opening_plies = self.config.train.eval_opening_plies
-        return play_matches(self, opponent, num_games, seed=seed, agent_seats=agent_seats,
-                            progress=progress, opening_plies=opening_plies)
+        with self.playing_weights():
+            return play_matches(self, opponent, num_games, seed=seed, agent_seats=agent_seats,
+                                progress=progress, opening_plies=opening_plies)
 
     def search_games(self, games: list[Game], envs: list) -> SearchResult:
         """One batched search from the current state of each game; ``envs[i]`` is the env
@@ -489,9 +518,11 @@ class MuZeroAgent:
     def search_positions(self, images: np.ndarray, legal_action_mask: np.ndarray | None = None,
                          to_play: np.ndarray | None = None, states: list | None = None,
                          add_noise: bool = False) -> SearchResult:
-        """One batched search from model inputs [B, ...] with the acting weights (a stop signal
-        waits for its end). With ``search.simulator`` on, ``states`` (the envs' ``get_state()``)
-        must be given."""
+        """One batched search from model inputs [B, ...] with the weights of play (see
+        :meth:`sync_playing_weights`; a stop signal waits for its end). With
+        ``search.simulator`` on, ``states`` (the envs' ``get_state()``) must be given."""
+        if self.learner.averaged_network is not None and not self._acting_on_average:
+            self.sync_playing_weights()
         if not self.config.search.simulator:
             return plan(self.selfplay_network, self.acting_search, images, legal_action_mask,
                         to_play, self.rng, add_noise=add_noise)
@@ -521,15 +552,19 @@ class MuZeroAgent:
                 "mover's reward, not a score. Use play_against(opponent, num_games) (muzero-gym "
                 "eval RUN --opponent NAME)")
         if render:
-            self.sync_selfplay_weights()
-            return self._evaluate_rendered(num_episodes, seed)
+            with self.playing_weights():
+                return self._evaluate_rendered(num_episodes, seed)
         games = self.evaluate_games(num_episodes, progress, seed)
         return np.asarray([float(sum(game.rewards)) for game in games])
 
     def evaluate_games(self, num_episodes: int, progress: bool = False,
                        seed: int | None = None) -> list[Game]:
         """The recorded games of ``num_episodes`` greedy episodes (see :meth:`evaluate`)."""
-        self.sync_selfplay_weights()
+        with self.playing_weights():
+            return self._play_evaluation_games(num_episodes, progress, seed)
+
+    def _play_evaluation_games(self, num_episodes: int, progress: bool,
+                               seed: int | None) -> list[Game]:
         num_envs = min(num_episodes, self.config.env.num_envs)
         envs = make_vector_env(self.config.env, num_envs)
         eval_seed = int(self.rng.integers(2**31)) if seed is None else seed

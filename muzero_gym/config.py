@@ -360,6 +360,10 @@ class TrainConfig(_Section):
         0.0, "Polyak averaging: each learner step moves the target network this share of the "
         "way to the trained one (target_update_interval is then unused); 0 = hard refreshes",
         low=0.0, high=1.0)
+    averaged_weights_tau: float = _field(
+        0.0, "evaluation and play use a moving average of the trained weights that each learner "
+        "step moves this share of the way to them (0.002: about the last 500 steps); self-play "
+        "acts on the trained weights. 0 = the trained weights everywhere", low=0.0, high=1.0)
     bootstrap_source: str = _field(
         "search", "bootstrap values from stored search values or the target network",
         choices=("search", "target_network"))

@@ -16,7 +16,8 @@ once as a CUDA graph and replayed (:mod:`muzero_gym.cuda_graph_step`). The learn
 ``lr_init * lr_decay_rate ** (step / lr_decay_steps)`` after an optional linear warm-up. A target
 network, refreshed every ``target_update_interval`` steps (or Polyak-averaged every step with
 ``target_update_tau``), supplies bootstrap values when
-``train.bootstrap_source = "target_network"``.
+``train.bootstrap_source = "target_network"``. With ``averaged_weights_tau`` > 0 the learner also
+keeps a moving average of the trained weights, which evaluation and play use.
 """
 
 from __future__ import annotations
@@ -82,13 +83,10 @@ class Learner:
             # Channels-last convolutions train about 20% faster on CPUs (oneDNN's layout);
             # the numbers are the same up to the order of float additions.
             self.network.to(memory_format=torch.channels_last)
-        self.target_network = copy.deepcopy(self.network).eval()
-        for p in self.target_network.parameters():
-            p.requires_grad_(False)
-        # Paired once: Polyak steps and state loads update these tensors in place.
-        self._polyak_pairs = (list(self.target_network.parameters()),
-                              list(self.network.parameters()))
-        self._buffer_pairs = list(zip(self.target_network.buffers(), self.network.buffers()))
+        self.target_network = _frozen_copy(self.network)
+        # The weights evaluation and play use when train.averaged_weights_tau > 0.
+        self.averaged_network = (_frozen_copy(self.network) if config.averaged_weights_tau > 0
+                                 else None)
         # On a GPU the optimizer updates every parameter in one fused kernel; on a CPU with
         # torch's multi-tensor ops (one call for all parameters, the same numbers as the
         # per-parameter loop, a fifth faster).
@@ -232,6 +230,8 @@ class Learner:
             self.optimizer.step()
             out = {"total": loss.detach(), **parts, "grad_norm": norm, "priorities": priorities}
         self.training_step += 1
+        if self.averaged_network is not None:
+            _average_into(self.averaged_network, self.network, self.config.averaged_weights_tau)
         if self.config.target_update_tau > 0:
             self.average_into_target_network(self.config.target_update_tau)
         elif self.training_step % self.config.target_update_interval == 0:
@@ -267,13 +267,15 @@ class Learner:
     def update_target_network(self) -> None:
         self.target_network.load_state_dict(self.network.state_dict())
 
-    @torch.no_grad()
     def average_into_target_network(self, tau: float) -> None:
         """Polyak step: target parameters move ``tau`` of the way to the trained ones; buffers
         (batch-norm statistics) are copied."""
-        torch._foreach_lerp_(*self._polyak_pairs, tau)
-        for target, source in self._buffer_pairs:
-            target.copy_(source)
+        _average_into(self.target_network, self.network, tau)
+
+    def playing_network(self) -> MuZeroNetwork:
+        """The weights evaluation and play use: the moving average with
+        ``averaged_weights_tau`` > 0, else the trained network."""
+        return self.averaged_network if self.averaged_network is not None else self.network
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain numbers only (loadable with ``weights_only=True``)."""
@@ -282,16 +284,39 @@ class Learner:
             group["lr"] = float(group["lr"])
             if group.get("capturable"):
                 group["capturable"] = False
-        return {"network": self.network.state_dict(),
-                "target_network": self.target_network.state_dict(),
-                "optimizer": optimizer, "training_step": self.training_step}
+        state = {"network": self.network.state_dict(),
+                 "target_network": self.target_network.state_dict(),
+                 "optimizer": optimizer, "training_step": self.training_step}
+        if self.averaged_network is not None:
+            state["averaged_network"] = self.averaged_network.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.network.load_state_dict(state["network"])
         self.target_network.load_state_dict(state["target_network"])
+        if self.averaged_network is not None:
+            # A checkpoint saved without the average starts it from its trained weights.
+            self.averaged_network.load_state_dict(state.get("averaged_network", state["network"]))
         self.optimizer.load_state_dict(state["optimizer"])
         self.training_step = int(state["training_step"])
         self._captured.clear()  # recorded against the optimizer state just replaced
+
+
+def _frozen_copy(network: MuZeroNetwork) -> MuZeroNetwork:
+    """A copy of ``network`` in eval mode that no gradient reaches."""
+    copied = copy.deepcopy(network).eval()
+    for p in copied.parameters():
+        p.requires_grad_(False)
+    return copied
+
+
+@torch.no_grad()
+def _average_into(average: MuZeroNetwork, network: MuZeroNetwork, tau: float) -> None:
+    """Polyak step: ``average``'s parameters move ``tau`` of the way to ``network``'s; buffers
+    (batch-norm statistics) are copied."""
+    torch._foreach_lerp_(list(average.parameters()), list(network.parameters()), tau)
+    for target, source in zip(average.buffers(), network.buffers()):
+        target.copy_(source)
 
 
 def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

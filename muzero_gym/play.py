@@ -57,7 +57,7 @@ def play_in_terminal(agent: MuZeroAgent, human_first: bool = True, watch: bool =
         raise EnvError(f"play draws the game as text, but {agent.config.env.id} renders only as "
                        f"{modes}; watch the agent with: muzero-gym eval <run> --render")
     env = make_env(agent.config.env, render_mode="ansi")
-    agent.sync_selfplay_weights()
+    agent.sync_playing_weights()
     two_player = agent.config.env.num_players == 2
     human_seat = 0 if human_first else 1
     try:

@@ -70,6 +70,44 @@ def test_save_load_gives_identical_actions(tmp_path):
         assert torch.equal(a, b)
 
 
+def test_evaluation_and_play_use_the_averaged_weights_and_self_play_the_trained(tmp_path):
+    plain = tiny_agent(tmp_path / "plain")
+    agent = tiny_agent(tmp_path / "averaged", extra=["train.averaged_weights_tau=0.05"])
+    for a in (plain, agent):
+        a.learn(120, progress=False)
+    averaged = agent.learner.averaged_network.state_dict()
+    assert not all(torch.equal(a, b) for a, b in zip(
+        averaged.values(), agent.learner.network.state_dict().values()))
+    # The same play as an agent whose trained weights are the average, with no average kept;
+    # other play than the trained weights'.
+    twin, trained = (MuZeroAgent(load_config("cartpole", TINY)) for _ in range(2))
+    twin.learner.network.load_state_dict(averaged)
+    trained.learner.network.load_state_dict(agent.learner.network.state_dict())
+
+    def root_values(a):
+        return np.concatenate([g.root_values for g in a.evaluate_games(2, seed=3)])
+
+    plain.evaluate_games(2, seed=3)
+    values = root_values(agent)
+    np.testing.assert_array_equal(values, root_values(twin))
+    others = root_values(trained)
+    n = min(len(values), len(others))
+    assert not np.array_equal(values[:n], others[:n])
+    observations = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    expected = [twin.predict(o) for o in observations]
+    assert [agent.predict(o) for o in observations] == expected
+    [plain.predict(o) for o in observations]
+    # The checkpoint keeps the average: a loaded agent plays it.
+    loaded = MuZeroAgent.load(agent.save(tmp_path / "agent.pt", include_replay=False))
+    assert [loaded.predict(o) for o in observations] == expected
+    # Training is untouched: self-play acted on the trained weights, as without an average.
+    for a in (plain, agent):
+        a.learn(240, progress=False)
+    assert agent.training_steps == plain.training_steps > loaded.training_steps
+    for a, b in zip(plain.learner.network.parameters(), agent.learner.network.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_an_agent_loaded_without_its_replay_plays_alike_and_refuses_to_train(tmp_path):
     agent = tiny_agent(tmp_path)
     agent.learn(80, progress=False)

@@ -121,6 +121,33 @@ def test_polyak_target_moves_tau_of_the_way_every_step():
                                                          learner.target_network.parameters()))
 
 
+def test_averaged_weights_move_tau_of_the_way_every_step_and_travel_with_the_state():
+    learner = make_learner(averaged_weights_tau=0.25)
+    assert make_learner().averaged_network is None  # off by default
+    batch = filled_replay().sample(16, np.random.default_rng(0))
+    for _ in range(2):
+        before = [p.clone() for p in learner.averaged_network.parameters()]
+        learner.train_step(batch)
+        for old, new, trained in zip(before, learner.averaged_network.parameters(),
+                                     learner.network.parameters()):
+            # new = old + 0.25 (trained - old): a float32 lerp, exact to a few ulps
+            torch.testing.assert_close(new, old + 0.25 * (trained - old), rtol=1e-6, atol=1e-7)
+    assert learner.playing_network() is learner.averaged_network
+    assert not all(torch.equal(a, b) for a, b in zip(learner.network.parameters(),
+                                                     learner.averaged_network.parameters()))
+    state = learner.state_dict()
+    restored = make_learner(averaged_weights_tau=0.25)
+    restored.load_state_dict(state)
+    for a, b in zip(learner.averaged_network.parameters(),
+                    restored.averaged_network.parameters()):
+        assert torch.equal(a, b)
+    # A state saved without the average (the option was off) starts it from the trained weights.
+    del state["averaged_network"]
+    restored.load_state_dict(state)
+    for a, b in zip(learner.network.parameters(), restored.averaged_network.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_bootstrap_from_the_target_network():
     learner = make_learner(bootstrap_source="target_network")
     replay = filled_replay()
