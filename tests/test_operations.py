@@ -241,8 +241,7 @@ def test_a_stop_signal_during_a_move_takes_effect_once_the_move_is_in_the_replay
     def step_signalled_on_the_fifth_move(self, actions):
         moves.append(len(actions))
         if len(moves) == 5:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)  # the handler runs here, in the middle of the move
+            signal.raise_signal(signal.SIGTERM)  # its handler runs here, in the middle of the move
         return env_step(self, actions)
 
     monkeypatch.setattr(gym.vector.SyncVectorEnv, "step", step_signalled_on_the_fifth_move)
@@ -259,18 +258,16 @@ def test_a_second_stop_signal_during_deferred_work_stops_it_at_once():
     done = []
     with stop_signals(), pytest.raises(Stopped) as stop:
         with deferred_stops():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # the handler runs here and defers the stop
+            # raise_signal runs the handler before it returns, in this thread
+            signal.raise_signal(signal.SIGINT)  # the handler defers the stop
             done.append("after the first")
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)
+            signal.raise_signal(signal.SIGTERM)
             done.append("after the second")
     assert stop.value.signum == signal.SIGTERM and done == ["after the first"]
     assert not stops_deferred()
     with stop_signals(), pytest.raises(KeyboardInterrupt):  # the same work with one stop
         with deferred_stops():
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)
+            signal.raise_signal(signal.SIGINT)
             done.append("to the end")
     assert done[-1] == "to the end"
 
@@ -278,8 +275,7 @@ def test_a_second_stop_signal_during_deferred_work_stops_it_at_once():
 def test_work_that_fails_drops_the_stop_deferred_during_it():
     with stop_signals():
         with pytest.raises(ValueError), deferred_stops():
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)
+            signal.raise_signal(signal.SIGTERM)
             raise ValueError("the work's own error")
         with deferred_stops():  # the next work does not get the old stop
             time.sleep(0.01)
@@ -454,8 +450,7 @@ def test_a_stop_signal_turned_into_a_plain_keyboard_interrupt_is_still_named():
     # Ray's waits catch the handler's Stopped and raise a bare KeyboardInterrupt instead.
     with stop_signals():
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)  # the handler raises at the next bytecode
+            signal.raise_signal(signal.SIGTERM)  # the handler raises before it returns
         except KeyboardInterrupt:
             pass
         bare = KeyboardInterrupt()
@@ -480,7 +475,7 @@ def test_a_run_started_ignoring_sighup_keeps_ignoring_it():
 def test_a_stop_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_whole(tmp_path):
     def write(file):
         file.write(b"first half, ")
-        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, in the write
+        signal.raise_signal(signal.SIGTERM)  # handled before it returns, in the write
         for _ in range(1000):
             file.write(b"")
         file.write(b"second half")
