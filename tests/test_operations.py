@@ -254,7 +254,16 @@ def test_a_stop_signal_during_a_move_takes_effect_once_the_move_is_in_the_replay
     assert load_checkpoint(tmp_path / "r")["counters"]["env_steps"] == 10
 
 
-def test_a_second_stop_signal_during_deferred_work_stops_it_at_once():
+@pytest.fixture
+def sigint_default():
+    """SIGINT at Python's default handler for the test (a command a script starts in the
+    background starts with it ignored), restored after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_second_stop_signal_during_deferred_work_stops_it_at_once(sigint_default):
     done = []
     with stop_signals(), pytest.raises(Stopped) as stop:
         with deferred_stops():
