@@ -87,6 +87,10 @@ class Learner:
         # The weights evaluation and play use when train.averaged_weights_tau > 0.
         self.averaged_network = (_frozen_copy(self.network) if config.averaged_weights_tau > 0
                                  else None)
+        # Paired once: Polyak steps and state loads update these tensors in place.
+        self._target_pairs = _paired(self.target_network, self.network)
+        self._average_pairs = (_paired(self.averaged_network, self.network)
+                               if self.averaged_network is not None else None)
         # On a GPU the optimizer updates every parameter in one fused kernel; on a CPU with
         # torch's multi-tensor ops (one call for all parameters, the same numbers as the
         # per-parameter loop, a fifth faster).
@@ -230,8 +234,8 @@ class Learner:
             self.optimizer.step()
             out = {"total": loss.detach(), **parts, "grad_norm": norm, "priorities": priorities}
         self.training_step += 1
-        if self.averaged_network is not None:
-            _average_into(self.averaged_network, self.network, self.config.averaged_weights_tau)
+        if self._average_pairs is not None:
+            _average_into(self._average_pairs, self.config.averaged_weights_tau)
         if self.config.target_update_tau > 0:
             self.average_into_target_network(self.config.target_update_tau)
         elif self.training_step % self.config.target_update_interval == 0:
@@ -270,12 +274,7 @@ class Learner:
     def average_into_target_network(self, tau: float) -> None:
         """Polyak step: target parameters move ``tau`` of the way to the trained ones; buffers
         (batch-norm statistics) are copied."""
-        _average_into(self.target_network, self.network, tau)
-
-    def playing_network(self) -> MuZeroNetwork:
-        """The weights evaluation and play use: the moving average with
-        ``averaged_weights_tau`` > 0, else the trained network."""
-        return self.averaged_network if self.averaged_network is not None else self.network
+        _average_into(self._target_pairs, tau)
 
     def state_dict(self) -> dict[str, Any]:
         """Tensors and plain numbers only (loadable with ``weights_only=True``)."""
@@ -310,12 +309,20 @@ def _frozen_copy(network: MuZeroNetwork) -> MuZeroNetwork:
     return copied
 
 
+def _paired(average: MuZeroNetwork, network: MuZeroNetwork) -> tuple[list, list, list]:
+    """``average``'s parameters, ``network``'s, and their buffers side by side (for
+    :func:`_average_into`)."""
+    return (list(average.parameters()), list(network.parameters()),
+            list(zip(average.buffers(), network.buffers())))
+
+
 @torch.no_grad()
-def _average_into(average: MuZeroNetwork, network: MuZeroNetwork, tau: float) -> None:
-    """Polyak step: ``average``'s parameters move ``tau`` of the way to ``network``'s; buffers
-    (batch-norm statistics) are copied."""
-    torch._foreach_lerp_(list(average.parameters()), list(network.parameters()), tau)
-    for target, source in zip(average.buffers(), network.buffers()):
+def _average_into(pairs: tuple[list, list, list], tau: float) -> None:
+    """Polyak step over :func:`_paired` tensors: the average's parameters move ``tau`` of the
+    way to the network's; buffers (batch-norm statistics) are copied."""
+    averaged, trained, buffers = pairs
+    torch._foreach_lerp_(averaged, trained, tau)
+    for target, source in buffers:
         target.copy_(source)
 
 
