@@ -184,9 +184,13 @@ class EvaluationActor:
 
         torch.set_num_threads(1)
         config_obj = config_from_dict(config, preset=preset)
-        self.agent = MuZeroAgent(config_obj.replace(["train.backend=local"]))
+        # It plays the weights it is sent, which are already those evaluation plays (the
+        # driver's moving average, if the run keeps one): it keeps no average of its own.
+        self.agent = MuZeroAgent(config_obj.replace(["train.backend=local",
+                                                     "train.averaged_weights_tau=0"]))
 
     def evaluate(self, weights: dict[str, Any], seed: int):
+        """The run's evaluation of ``weights`` (:meth:`LearnerWorker.playing_weights`)."""
         self.agent.learner.network.load_state_dict(weights)
         return self.agent.run_evaluation(seed=seed)
 
@@ -397,7 +401,7 @@ class _Driver:
         if self.eval_pending:
             step = self.eval_pending.pop()  # the newest; older ones are skipped
             self.eval_pending.clear()
-            weights = self.ray.put(self.agent.learner_worker.weights())
+            weights = self.ray.put(self.agent.learner_worker.playing_weights())
             seed = int(self.agent.rng.integers(2**31))
             self.evaluation = (self.evaluator.evaluate.remote(weights, seed), step)
 

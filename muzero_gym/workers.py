@@ -337,5 +337,16 @@ class LearnerWorker:
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The trained weights, on the CPU (to send to self-play workers)."""
-        return {k: v.detach().to("cpu", copy=True)
-                for k, v in self.learner.network.state_dict().items()}
+        return _on_cpu(self.learner.network)
+
+    def playing_weights(self) -> dict[str, torch.Tensor]:
+        """The weights evaluation and play use, on the CPU (to send to an evaluator): the
+        moving average of the trained weights with ``train.averaged_weights_tau`` > 0, else
+        the trained weights."""
+        averaged = self.learner.averaged_network
+        return _on_cpu(self.learner.network if averaged is None else averaged)
+
+
+def _on_cpu(network: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``network``'s state on the CPU."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in network.state_dict().items()}

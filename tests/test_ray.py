@@ -12,7 +12,9 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -117,6 +119,58 @@ def test_a_killed_actor_is_restarted_and_training_goes_on(local_cluster, tmp_pat
     events.Reload()
     assert max(e.value for e in events.Scalars("faults/actor_restarts")) == 1
     assert agent.replay.running_games() == []
+
+
+class InProcessRay:
+    """The Ray calls the driver's evaluation makes, run in this process: objects pass by
+    value and each actor is an instance here (``actors`` keeps them)."""
+
+    exceptions = ray.exceptions
+
+    def __init__(self):
+        self.actors: list = []
+
+    def put(self, value):
+        return value
+
+    def get(self, ref):
+        return ref
+
+    def wait(self, refs, timeout=None):
+        return refs, []
+
+    def remote(self, **options):
+        def actor_class(cls):
+            def start(*args):
+                instance = cls(*args)
+                self.actors.append(instance)
+                return SimpleNamespace(evaluate=SimpleNamespace(remote=instance.evaluate))
+            return SimpleNamespace(remote=start)
+        return actor_class
+
+
+def test_evaluations_on_ray_play_the_averaged_weights(tmp_path):
+    """With ``train.averaged_weights_tau`` the evaluation actor plays the driver's average,
+    as a local evaluation does, not the trained weights nor an average of its own."""
+    from muzero_gym.ray_driver import _Driver
+
+    agent = MuZeroAgent(load_config("cartpole", [*TINY, "train.averaged_weights_tau=0.05"]))
+    agent.learn(150, progress=False)
+    fake = InProcessRay()
+    driver = _Driver(agent, fake)
+    driver.evaluator = driver.eval_class.remote(agent.config.to_dict(), agent.config.preset)
+    driver.eval_pending.append(agent.env_steps)
+    driver.poll_evaluation()  # sends the weights and evaluates
+    driver.poll_evaluation()  # logs the result
+    evaluator = fake.actors[0].agent
+
+    def root_values(a):
+        return np.concatenate([g.root_values for g in a.evaluate_games(2, seed=3)])
+
+    np.testing.assert_array_equal(root_values(evaluator), root_values(agent))
+    trained = MuZeroAgent(load_config("cartpole", TINY))
+    trained.learner.network.load_state_dict(agent.learner.network.state_dict())
+    assert not np.array_equal(root_values(evaluator)[:5], root_values(trained)[:5])
 
 
 def test_ray_listens_on_loopback_only(local_cluster):
