@@ -268,6 +268,12 @@ class Learner:
             f"{what} at learner step {self.training_step + 1:,}: training diverged (the "
             "weights are unchanged; try a smaller train.lr_init or train.max_grad_norm)")
 
+    @property
+    def playing_network(self) -> torch.nn.Module:
+        """The network evaluation and play use: the moving average with
+        ``averaged_weights_tau`` > 0, else the trained network."""
+        return self.network if self.averaged_network is None else self.averaged_network
+
     def update_target_network(self) -> None:
         self.target_network.load_state_dict(self.network.state_dict())
 

@@ -343,8 +343,7 @@ class LearnerWorker:
         """The weights evaluation and play use, on the CPU (to send to an evaluator): the
         moving average of the trained weights with ``train.averaged_weights_tau`` > 0, else
         the trained weights."""
-        averaged = self.learner.averaged_network
-        return _on_cpu(self.learner.network if averaged is None else averaged)
+        return _on_cpu(self.learner.playing_network)
 
 
 def _on_cpu(network: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -123,7 +123,10 @@ def test_polyak_target_moves_tau_of_the_way_every_step():
 
 def test_averaged_weights_move_tau_of_the_way_every_step_and_travel_with_the_state():
     learner = make_learner(averaged_weights_tau=0.25)
-    assert make_learner().averaged_network is None  # off by default
+    plain = make_learner()
+    assert plain.averaged_network is None  # off by default
+    assert plain.playing_network is plain.network  # play uses the trained weights then
+    assert learner.playing_network is learner.averaged_network
     batch = filled_replay().sample(16, np.random.default_rng(0))
     for _ in range(2):
         before = [p.clone() for p in learner.averaged_network.parameters()]

@@ -47,8 +47,9 @@ def how_it_ended(game: Game) -> str:
 
 
 def network_outputs(agent: MuZeroAgent, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The trained network's values [N] and prior probabilities [N, 2] of raw observations."""
-    network = agent.network
+    """Values [N] and prior probabilities [N, 2] of raw observations from the weights the
+    evaluation plays (the moving average with ``train.averaged_weights_tau``)."""
+    network = agent.learner.playing_network
     with torch.inference_mode():
         out = network.initial_inference(torch.as_tensor(observations, dtype=torch.float32))
         return (network.value_scalar(out.value_logits).numpy(),

@@ -80,8 +80,9 @@ def _winning_moves(env, state) -> set[int]:
 
 class TacticsProbe:
     """The one-move tactics positions of ``num_games`` games (see :func:`tactics_positions`),
-    encoded once for an agent; :meth:`measure` reads the learner's network (its prior's argmax
-    over the legal moves, which is what one simulation plays) without touching self-play or
+    encoded once for an agent; :meth:`measure` reads the learner's copy of the weights that
+    play uses (its prior's argmax over the legal moves, which is what one simulation plays;
+    the moving average with ``train.averaged_weights_tau``) without touching self-play or
     any random stream, so a curve of it leaves the training run as it was."""
 
     def __init__(self, agent: MuZeroAgent, num_games: int, seed: int):
@@ -100,7 +101,7 @@ class TacticsProbe:
     def measure(self, agent: MuZeroAgent) -> tuple[float, float]:
         """Shares of the positions in which the prior's choice takes the immediate win, and
         blocks the single threat."""
-        network = agent.learner.network
+        network = agent.learner.playing_network
         was_training = network.training
         network.eval()
         with torch.no_grad():
