@@ -149,7 +149,7 @@ class InProcessRay:
         return actor_class
 
 
-def test_evaluations_on_ray_play_the_averaged_weights(tmp_path):
+def test_evaluations_on_ray_play_the_averaged_weights():
     """With ``train.averaged_weights_tau`` the evaluation actor plays the driver's average,
     as a local evaluation does, not the trained weights nor an average of its own."""
     from muzero_gym.ray_driver import _Driver
