@@ -6,11 +6,14 @@ evaluation of ``--final-episodes`` episodes; prints the curve, the final mean wi
 error, and a uniformly random policy's mean on the same game. ``--final-simulations N ...``
 evaluates the same final weights again on the same episodes with a play-time search of N
 simulations each (``search.eval_simulations``): what a deeper or shallower search at play does
-with the trained network (1: the policy head alone). Needs the [minatar] extra.
+with the trained network (1: the policy head alone). With ``train.averaged_weights_tau`` > 0
+evaluations play the moving average of the weights; ``--trained-too`` plays every evaluation
+again with the trained weights (same episodes; training is unchanged, evaluations are not
+counted), so one run measures both. Needs the [minatar] extra.
 
     python tests/benchmarks/minatar_learning.py [--game breakout] [--seeds 0 1 2]
         [--minutes 30] [--eval-every N] [--eval-episodes N] [--final-episodes N]
-        [--final-simulations N ...] [--set section.key=value ...]
+        [--final-simulations N ...] [--trained-too] [--set section.key=value ...]
 
 The evaluation schedule defaults to the game's (``EVALUATION``): 10 episodes every 10,000 env
 steps and 50 at the end, except Freeway, whose episodes last 2,500 steps (an evaluation of 10
@@ -22,7 +25,9 @@ Games: asterix, breakout, freeway, seaquest, space_invaders.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -57,12 +62,24 @@ def random_policy_mean(env_id: str, episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
+@contextlib.contextmanager
+def trained_weights_at_play(agent: MuZeroAgent) -> Iterator[None]:
+    """Evaluations inside the block play the trained weights although the run keeps a moving
+    average of them (the average itself is left as it is)."""
+    averaged, agent.learner.averaged_network = agent.learner.averaged_network, None
+    try:
+        yield
+    finally:
+        agent.learner.averaged_network = averaged
+
+
 def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episodes: int,
-             final_episodes: int, final_simulations: list[int], overrides: list[str]) -> dict:
+             final_episodes: int, final_simulations: list[int], trained_too: bool,
+             overrides: list[str]) -> dict:
     config = load_config(f"minatar_{game}", [*overrides, f"train.seed={seed}",
                                              "train.eval_interval=0", "log.progress=false"])
     agent = MuZeroAgent(config)
-    trained, curve = 0.0, []
+    trained, curve, trained_curve = 0.0, [], []
     while trained < minutes * 60:
         start = time.perf_counter()
         agent.learn(agent.env_steps + eval_every, progress=False)
@@ -72,7 +89,17 @@ def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episode
         print(f"  {game} seed {seed}: {agent.env_steps:>8,} env steps, "
               f"{agent.training_steps:>7,} learner steps, {trained / 60:5.1f} min, "
               f"eval mean {returns.mean():6.2f}", flush=True)
+        if trained_too:
+            with trained_weights_at_play(agent):
+                returns = agent.evaluate(eval_episodes, seed=seed)
+            trained_curve.append(float(returns.mean()))
+            print(f"  {game} seed {seed}: {agent.env_steps:>8,} env steps, trained weights: "
+                  f"eval mean {returns.mean():6.2f}", flush=True)
     final = agent.evaluate(final_episodes, seed=10_000 + seed)
+    final_trained = None
+    if trained_too:
+        with trained_weights_at_play(agent):
+            final_trained = agent.evaluate(final_episodes, seed=10_000 + seed)
     at_play = {}
     for simulations in final_simulations:
         agent.set_eval_simulations(simulations)
@@ -81,7 +108,8 @@ def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episode
               f"mean {_mean_sem(at_play[simulations])}", flush=True)
     agent.close()
     return {"seed": seed, "env_steps": agent.env_steps, "learner_steps": agent.training_steps,
-            "minutes": trained / 60, "final": final, "at_play": at_play, "curve": curve}
+            "minutes": trained / 60, "final": final, "at_play": at_play, "curve": curve,
+            "final_trained": final_trained, "trained_curve": trained_curve}
 
 
 def _simulations(n: int) -> str:
@@ -104,6 +132,8 @@ def main() -> None:
     parser.add_argument("--final-episodes", type=int, help="default: the game's")
     parser.add_argument("--final-simulations", type=int, nargs="+", default=[],
                         help="evaluate the final weights again with these play-time searches")
+    parser.add_argument("--trained-too", action="store_true",
+                        help="with a moving average of the weights, evaluate the trained ones too")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     if any(n < 1 for n in args.final_simulations):
@@ -115,6 +145,9 @@ def main() -> None:
         elif getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     config = load_config(f"minatar_{args.game}", args.overrides)
+    if args.trained_too and config.train.averaged_weights_tau == 0:
+        parser.error("--trained-too: this run keeps no moving average of its weights "
+                     "(train.averaged_weights_tau = 0), so its evaluations play the trained ones")
     threads = torch_threads(config) or torch.get_num_threads()
     print(f"{config.env.id}, preset minatar_{args.game}, {args.minutes:g} min per seed, "
           f"evaluation: {args.eval_episodes} episodes every {args.eval_every:,} env steps, "
@@ -124,7 +157,8 @@ def main() -> None:
           f"{cpu_name()}", flush=True)
     random_mean = random_policy_mean(config.env.id, 100, 0)
     results = [run_seed(args.game, s, args.minutes, args.eval_every, args.eval_episodes,
-                        args.final_episodes, args.final_simulations, args.overrides)
+                        args.final_episodes, args.final_simulations, args.trained_too,
+                        args.overrides)
                for s in args.seeds]
     print(f"\n{config.env.id}: random policy mean {random_mean:.2f} (100 episodes)")
     at_play = "".join(f" {_simulations(n):>17}" for n in args.final_simulations)
@@ -135,6 +169,12 @@ def main() -> None:
               f"{r['minutes']:>8.1f} {_mean_sem(r['final'])}"
               + "".join(f" {_mean_sem(r['at_play'][n])}" for n in args.final_simulations))
     print(spread("final mean", [r["final"].mean() for r in results], "{:.2f}"))
+    if args.trained_too:
+        for r in results:
+            print(f"seed {r['seed']}, trained weights: final mean {_mean_sem(r['final_trained'])}; "
+                  f"evaluations {' '.join(f'{m:.1f}' for m in r['trained_curve'])}")
+        print(spread("final mean, trained weights",
+                     [r["final_trained"].mean() for r in results], "{:.2f}"))
     for n in args.final_simulations:
         print(spread(f"final mean, {_simulations(n)} at play",
                      [r["at_play"][n].mean() for r in results], "{:.2f}"))
