@@ -25,9 +25,7 @@ Games: asterix, breakout, freeway, seaquest, space_invaders.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
-from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -62,13 +60,12 @@ def random_policy_mean(env_id: str, episodes: int, seed: int) -> float:
     return float(np.mean(returns))
 
 
-@contextlib.contextmanager
-def trained_weights_at_play(agent: MuZeroAgent) -> Iterator[None]:
-    """Evaluations inside the block play the trained weights although the run keeps a moving
-    average of them (the average itself is left as it is)."""
+def evaluate_trained_weights(agent: MuZeroAgent, episodes: int, seed: int) -> np.ndarray:
+    """``agent.evaluate`` played with the trained weights although the run keeps a moving
+    average of them (the average is hidden from the agent for the call, not changed)."""
     averaged, agent.learner.averaged_network = agent.learner.averaged_network, None
     try:
-        yield
+        return agent.evaluate(episodes, seed=seed)
     finally:
         agent.learner.averaged_network = averaged
 
@@ -90,16 +87,13 @@ def run_seed(game: str, seed: int, minutes: float, eval_every: int, eval_episode
               f"{agent.training_steps:>7,} learner steps, {trained / 60:5.1f} min, "
               f"eval mean {returns.mean():6.2f}", flush=True)
         if trained_too:
-            with trained_weights_at_play(agent):
-                returns = agent.evaluate(eval_episodes, seed=seed)
+            returns = evaluate_trained_weights(agent, eval_episodes, seed)
             trained_curve.append(float(returns.mean()))
             print(f"  {game} seed {seed}: {agent.env_steps:>8,} env steps, trained weights: "
                   f"eval mean {returns.mean():6.2f}", flush=True)
     final = agent.evaluate(final_episodes, seed=10_000 + seed)
-    final_trained = None
-    if trained_too:
-        with trained_weights_at_play(agent):
-            final_trained = agent.evaluate(final_episodes, seed=10_000 + seed)
+    final_trained = (evaluate_trained_weights(agent, final_episodes, 10_000 + seed)
+                     if trained_too else None)
     at_play = {}
     for simulations in final_simulations:
         agent.set_eval_simulations(simulations)
