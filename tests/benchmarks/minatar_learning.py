@@ -6,7 +6,8 @@ evaluation of ``--final-episodes`` episodes; prints the curve, the final mean wi
 error, and a uniformly random policy's mean on the same game. ``--final-simulations N ...``
 evaluates the same final weights again on the same episodes with a play-time search of N
 simulations each (``search.eval_simulations``): what a deeper or shallower search at play does
-with the trained network (1: the policy head alone). With ``train.averaged_weights_tau`` > 0
+with the weights that play (the moving average where the run keeps one; 1: the policy head
+alone). With ``train.averaged_weights_tau`` > 0
 evaluations play the moving average of the weights; ``--trained-too`` plays every evaluation
 again with the trained weights (same episodes; training is unchanged, evaluations are not
 counted), so one run measures both. Needs the [minatar] extra.
