@@ -199,7 +199,7 @@ class MuZeroAgent:
     @property
     def recent_returns(self) -> list[float]:
         """Raw returns of the last 20 finished self-play episodes, oldest first (what the
-        progress line averages)."""
+        progress line averages; kept in checkpoints, so a resumed run goes on with them)."""
         return list(self._recent_returns)
 
     # ---- training ---------------------------------------------------------------------------
@@ -321,9 +321,10 @@ class MuZeroAgent:
                                                  config.log.checkpoint_interval):
             self.save(self.run_dir)
         if bar is not None:
-            recent = np.mean(self._recent_returns) if self._recent_returns else float("nan")
+            # "-" until an episode has ended (a fresh run's first moves)
+            recent = f"{np.mean(self._recent_returns):.2f}" if self._recent_returns else "-"
             label = "first player" if config.env.num_players == 2 else "return"
-            fields: dict[str, Any] = {"episodes": self.episodes, label: f"{recent:.2f}"}
+            fields: dict[str, Any] = {"episodes": self.episodes, label: recent}
             if self.last_eval_return is not None:
                 fields["eval"] = f"{self.last_eval_return:.1f}"
             bar.update(self.env_steps, **fields)
@@ -672,7 +673,8 @@ class MuZeroAgent:
             "selfplay_network": self.selfplay_network.state_dict(),
             "counters": {"env_steps": self.env_steps, "episodes": self.episodes,
                          "train_credit": self._train_credit,
-                         "last_sync_step": self._last_sync_step},
+                         "last_sync_step": self._last_sync_step,
+                         "recent_returns": list(self._recent_returns)},
             "rng": {"numpy": self.rng.bit_generator.state,
                     "learner_numpy": self.learner_rng.bit_generator.state,
                     "torch": torch.get_rng_state()},
@@ -758,6 +760,9 @@ class MuZeroAgent:
         self.episodes = int(counters["episodes"])
         self._train_credit = float(counters["train_credit"])
         self._last_sync_step = int(counters["last_sync_step"])
+        # checkpoints written before the progress line's window was saved lack it
+        self._recent_returns.clear()
+        self._recent_returns.extend(float(r) for r in counters.get("recent_returns", []))
         self.rng.bit_generator.state = state["rng"]["numpy"]
         if self.learner_rng is not self.rng and "learner_numpy" in state["rng"]:
             self.learner_rng.bit_generator.state = state["rng"]["learner_numpy"]

@@ -139,9 +139,12 @@ def test_resume_continues_counters_and_replay(tmp_path):
     agent.learn(80, progress=False)
     steps, learner_steps, episodes = agent.env_steps, agent.training_steps, agent.episodes
     priorities = agent.replay.priorities()
+    assert agent.recent_returns
     resumed = MuZeroAgent.load(tmp_path / "run", run_dir=tmp_path / "run")
     assert (resumed.env_steps, resumed.training_steps, resumed.episodes) == (
         steps, learner_steps, episodes)
+    # the progress line's window of recent returns goes on where it stopped
+    assert resumed.recent_returns == agent.recent_returns
     np.testing.assert_array_equal(resumed.replay.priorities(), priorities)
     assert len(resumed.replay) == len(agent.replay)
     assert resumed.rng.bit_generator.state == agent.rng.bit_generator.state
@@ -150,6 +153,25 @@ def test_resume_continues_counters_and_replay(tmp_path):
     assert resumed.replay.num_games_added > agent.replay.num_games_added
     state = load_checkpoint(tmp_path / "run")
     assert state["counters"]["env_steps"] == resumed.env_steps
+
+
+def test_progress_line_shows_the_recent_returns_or_a_dash_before_any_episode(tmp_path):
+    import io
+
+    from muzero_gym.progress import Progress
+
+    class Terminal(io.StringIO):  # a line is drawn at once on a terminal
+        def isatty(self):
+            return True
+
+    agent = tiny_agent(tmp_path)
+    stream = Terminal()
+    agent.after_moves(0, Progress(100, "env steps", stream=stream))
+    assert "| episodes 0 | return - |" in stream.getvalue()
+    agent.learn(80, progress=False)
+    stream = Terminal()
+    agent.after_moves(agent.env_steps, Progress(100, "env steps", stream=stream))
+    assert f"| return {np.mean(agent.recent_returns):.2f} |" in stream.getvalue()
 
 
 def test_concurrent_learner_trains_in_its_own_thread_and_is_deterministic(tmp_path,

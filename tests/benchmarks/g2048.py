@@ -39,7 +39,7 @@ def run_seed(seed: int, args: argparse.Namespace) -> tuple[int, float]:
     start = time.perf_counter()
     while (time.perf_counter() - start) / 60 < args.minutes:
         agent.learn(agent.env_steps + CHUNK, progress=False)
-        recent = np.mean(agent._recent_returns) if agent._recent_returns else float("nan")
+        recent = np.mean(agent.recent_returns) if agent.recent_returns else float("nan")
         print(f"  seed {seed}: {agent.env_steps:>7} env steps, {agent.training_steps:>6} "
               f"learner steps, {(time.perf_counter() - start) / 60:5.1f} min, recent "
               f"self-play score {recent:.0f}", flush=True)
