@@ -7,10 +7,10 @@ error, and a uniformly random policy's mean on the same game. ``--final-simulati
 evaluates the same final weights again on the same episodes with a play-time search of N
 simulations each (``search.eval_simulations``): what a deeper or shallower search at play does
 with the weights that play (the moving average where the run keeps one; 1: the policy head
-alone). With ``train.averaged_weights_tau`` > 0
-evaluations play the moving average of the weights; ``--trained-too`` plays every evaluation
-again with the trained weights (same episodes; training is unchanged, evaluations are not
-counted), so one run measures both. Needs the [minatar] extra.
+alone). With ``train.averaged_weights_tau`` > 0 evaluations play the moving average of the
+weights; ``--trained-too`` plays every evaluation again with the trained weights (same
+episodes; training is unchanged, evaluations are not counted), so one run measures both.
+Needs the [minatar] extra.
 
     python tests/benchmarks/minatar_learning.py [--game breakout] [--seeds 0 1 2]
         [--minutes 30] [--eval-every N] [--eval-episodes N] [--final-episodes N]
