@@ -674,7 +674,8 @@ class MuZeroAgent:
             "counters": {"env_steps": self.env_steps, "episodes": self.episodes,
                          "train_credit": self._train_credit,
                          "last_sync_step": self._last_sync_step,
-                         "recent_returns": list(self._recent_returns)},
+                         "recent_returns": list(self._recent_returns),
+                         "last_eval_return": self.last_eval_return},
             "rng": {"numpy": self.rng.bit_generator.state,
                     "learner_numpy": self.learner_rng.bit_generator.state,
                     "torch": torch.get_rng_state()},
@@ -763,6 +764,8 @@ class MuZeroAgent:
         # checkpoints written before the progress line's window was saved lack it
         self._recent_returns.clear()
         self._recent_returns.extend(float(r) for r in counters.get("recent_returns", []))
+        last_eval = counters.get("last_eval_return")  # the line's eval field; None: none yet
+        self.last_eval_return = None if last_eval is None else float(last_eval)
         self.rng.bit_generator.state = state["rng"]["numpy"]
         if self.learner_rng is not self.rng and "learner_numpy" in state["rng"]:
             self.learner_rng.bit_generator.state = state["rng"]["learner_numpy"]

@@ -143,8 +143,10 @@ def test_resume_continues_counters_and_replay(tmp_path):
     resumed = MuZeroAgent.load(tmp_path / "run", run_dir=tmp_path / "run")
     assert (resumed.env_steps, resumed.training_steps, resumed.episodes) == (
         steps, learner_steps, episodes)
-    # the progress line's window of recent returns goes on where it stopped
+    # the progress line's window of recent returns and its eval field go on where they stopped
     assert resumed.recent_returns == agent.recent_returns
+    assert agent.last_eval_return is not None
+    assert resumed.last_eval_return == agent.last_eval_return
     np.testing.assert_array_equal(resumed.replay.priorities(), priorities)
     assert len(resumed.replay) == len(agent.replay)
     assert resumed.rng.bit_generator.state == agent.rng.bit_generator.state
